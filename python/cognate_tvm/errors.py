@@ -1,0 +1,35 @@
+"""Typed exceptions; each names the offending value."""
+from __future__ import annotations
+
+
+class CognateError(Exception):
+    """Base class of every error raised on purpose by cognate_tvm."""
+
+
+class MatrixFormatError(CognateError, ValueError):
+    """A matrix file or array is malformed (bad header, non-numeric entry, NaN, ...)."""
+
+
+class ShapeError(CognateError, ValueError):
+    """Operands whose shapes do not fit together."""
+
+
+class UnknownKindError(CognateError, ValueError):
+    """A name (op, target, space, backend) that no factory knows."""
+
+    def __init__(self, what: str, name: str, valid: list[str] | tuple[str, ...]):
+        super().__init__(f"unknown {what} {name!r}; valid: {', '.join(sorted(valid))}")
+        self.name = name
+        self.valid = tuple(valid)
+
+
+class InvalidConfigError(CognateError, ValueError):
+    """A configuration outside its space or violating the space's rules."""
+
+
+class ModelVersionError(CognateError, ValueError):
+    """A saved model or dataset written by an incompatible format version."""
+
+
+class DeviceUnavailableError(CognateError, RuntimeError):
+    """A target needs hardware (e.g. an NVIDIA GPU) that this machine lacks."""

@@ -1,0 +1,7 @@
+"""Sparse inputs: reading and writing, a synthetic corpus, statistics."""
+from .io import as_csr, load_matrix, save_matrix
+from .generators import FAMILIES, generate, generate_corpus, CorpusEntry
+from .stats import MatrixStats, matrix_stats
+
+__all__ = ["as_csr", "load_matrix", "save_matrix", "FAMILIES", "generate", "generate_corpus",
+           "CorpusEntry", "MatrixStats", "matrix_stats"]
