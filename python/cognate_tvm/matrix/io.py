@@ -7,7 +7,7 @@ rejects NaN/inf values with an error naming the file.
 from __future__ import annotations
 
 import os
-import tempfile
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -114,8 +114,8 @@ def save_matrix(matrix, path: str | os.PathLike) -> Path:
     if path.suffix not in (".mtx", ".npz"):
         raise MatrixFormatError(f"{path}: can only save .mtx or .npz")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
+    # A unique sibling name, then an atomic rename: a crash never leaves half a file.
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp{path.suffix}")
     try:
         if path.suffix == ".mtx":
             scipy.io.mmwrite(tmp, csr)
