@@ -33,3 +33,63 @@ def column_panels(matrix: sp.csr_matrix, width: int) -> ColumnPanelCSR:
     indptr, indices, data = _formats.csr_to_column_panels(
         matrix.indptr, matrix.indices, matrix.data, matrix.shape[1], int(width))
     return ColumnPanelCSR(tuple(matrix.shape), int(width), indptr, indices, data)
+
+
+@dataclass(frozen=True)
+class ELLBuckets:
+    """Short rows grouped into padded ELL buckets of widths 2^b, long rows kept in CSR.
+
+    Built from a CSR matrix or a ColumnPanelCSR: every non-empty (panel, row)
+    with L nonzeros goes to bucket ceil(log2 L) when that is < len(widths), else
+    to the remainder. Buckets are stored back to back (see `bucket`); `pos`
+    gives each slot's position in the source `indices`/`data` arrays (-1 for
+    padding, whose column is 0 and value 0), and the remainder lists
+    (row, start, end) ranges of those arrays.
+    """
+
+    shape: tuple[int, int]
+    widths: tuple[int, ...]  # 1, 2, 4, ..., 2^(num_buckets - 1)
+    counts: np.ndarray       # int32 [num_buckets]: rows per bucket
+    rows: np.ndarray         # int32 [sum(counts)]: row id of each bucket row
+    cols: np.ndarray         # int32 [sum(counts * widths)]
+    vals: np.ndarray         # float32 [sum(counts * widths)]
+    pos: np.ndarray          # int32 [sum(counts * widths)]
+    rest_rows: np.ndarray    # int32 [rest]
+    rest_start: np.ndarray   # int32 [rest]
+    rest_end: np.ndarray     # int32 [rest]
+
+    @property
+    def num_buckets(self) -> int:
+        return len(self.widths)
+
+    def row_offsets(self) -> np.ndarray:
+        """int64 [num_buckets + 1]: bucket b's rows are rows[off[b]:off[b + 1]]."""
+        return np.concatenate([[0], np.cumsum(self.counts, dtype=np.int64)])
+
+    def slot_offsets(self) -> np.ndarray:
+        """int64 [num_buckets + 1]: bucket b's slots are cols[off[b]:off[b + 1]]."""
+        sizes = self.counts.astype(np.int64) * np.asarray(self.widths, dtype=np.int64)
+        return np.concatenate([[0], np.cumsum(sizes)])
+
+    def bucket(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Views (rows [n], cols [n, w], vals [n, w], pos [n, w]) of bucket `b`."""
+        if not 0 <= b < self.num_buckets:
+            raise IndexError(f"bucket {b} out of range [0, {self.num_buckets})")
+        r0, r1 = self.row_offsets()[b:b + 2]
+        s0, s1 = self.slot_offsets()[b:b + 2]
+        w = self.widths[b]
+        return (self.rows[r0:r1], self.cols[s0:s1].reshape(-1, w), self.vals[s0:s1].reshape(-1, w),
+                self.pos[s0:s1].reshape(-1, w))
+
+
+def ell_buckets(source: sp.csr_matrix | ColumnPanelCSR, *, num_buckets: int) -> ELLBuckets:
+    """Bucket the rows of canonical CSR `source` (or of each of its column panels) by length.
+
+    Rows with up to 2^(num_buckets - 1) nonzeros (per panel) land in buckets of
+    widths 1, 2, 4, ...; longer rows form the CSR remainder.
+    """
+    counts, rows, cols, vals, pos, rest_rows, rest_start, rest_end = _formats.csr_to_ell_buckets(
+        source.indptr, source.indices, source.data, int(num_buckets))
+    widths = tuple(1 << b for b in range(int(num_buckets)))
+    return ELLBuckets(tuple(source.shape), widths, counts, rows, cols, vals, pos, rest_rows,
+                      rest_start, rest_end)

@@ -9,5 +9,7 @@ namespace cognate {
 
 // Registers csr_to_column_panels on the module.
 void register_column_panels(pybind11::module_& m);
+// Registers csr_to_ell_buckets on the module.
+void register_ell(pybind11::module_& m);
 
 }  // namespace cognate

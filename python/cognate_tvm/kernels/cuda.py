@@ -1,0 +1,202 @@
+"""TensorIR kernels for SpMM and SDDMM on CUDA GPUs (SparseTIR-style), and their build.
+
+A GPU config (`cognate_tvm.space.gpu.GPUConfig`) selects one kernel *variant*
+(`KernelKey`): the storage layout (plain column-panel CSR, or ELL buckets of
+short rows plus a CSR remainder, "hyb"), how panels are combined (serially in
+the thread, or in parallel with `atomicAdd`), threads along the dense dimension
+tx and the vector width v, which are compile-time constants. The number of
+panels, the rows per block I (`blockDim.y`, a launch parameter), the matrix
+shape, nnz and the dense width are runtime arguments, so one compiled kernel
+serves every matrix, `parts`, `rows_per_block` and `feat`: compile each variant
+once and cache it (SpMM: 48 variants, SDDMM: 24).
+
+Dense operands are passed as [rows, nvec * v] float32 arrays (nvec = number of
+v-wide vectors per dense row); vector loads are `float2`/`float4` and aligned
+because every row starts at a multiple of v. The argument arrays each variant
+needs are built by `cognate_tvm.kernels.cuda_prep`.
+
+SpMM threads: (blockIdx.x: I-row groups, blockIdx.y: tx*v dense chunks,
+[blockIdx.z: panels when atomic]) x (threadIdx.y: I rows, threadIdx.x: tx);
+each thread keeps a v-wide accumulator in registers. SDDMM threads: a group of
+tx lanes per row walks the row's nonzeros; each lane accumulates a partial dot
+product over its vectors and the group sums it with `__shfl_xor_sync`.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+from ..errors import CognateError, InvalidConfigError
+from ..ops import Op, get_op
+from ..space.gpu import ELL_MAX_WIDTH, GPUConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    import tvm
+
+logger = logging.getLogger(__name__)
+
+ARCHS = ("sm_80", "sm_90")
+ELL_WIDTHS = tuple(1 << b for b in range(int(math.log2(ELL_MAX_WIDTH)) + 1))
+_ZERO_THREADS = 128
+
+# (op, layout, combine) variants: combine says how panels reach the output.
+SPMM_VARIANTS = (("csr", "serial"), ("csr", "atomic"), ("hyb", "store"), ("hyb", "atomic"))
+SDDMM_VARIANTS = (("csr", "parallel"), ("hyb", "parallel"))
+
+
+@dataclass(frozen=True)
+class KernelKey:
+    """What the generated code depends on; many configs share one key."""
+
+    op: str
+    layout: str    # "csr" | "hyb"
+    combine: str   # SpMM: "serial" | "atomic" | "store"; SDDMM: "parallel"
+    tx: int
+    vec: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.op}_{self.layout}_{self.combine}_t{self.tx}_v{self.vec}"
+
+    @property
+    def kernel_names(self) -> tuple[str, ...]:
+        """Names of the CUDA `__global__` functions TVM emits for this key."""
+        if self.layout == "csr":
+            count = 1 + (self.combine == "atomic")
+        else:
+            count = len(ELL_WIDTHS) + 1 + (self.op == "spmm")
+        return tuple(f"{self.name}_kernel" if n == 0 else f"{self.name}_kernel_{n}" for n in range(count))
+
+
+def kernel_key(op: str | Op, config: GPUConfig) -> KernelKey:
+    """The kernel variant that runs `config` for `op`."""
+    op = get_op(op)
+    if not isinstance(config, GPUConfig):
+        raise InvalidConfigError(f"CUDA kernels take a GPUConfig, got {config!r}")
+    layout = "hyb" if config.bucketing else "csr"
+    if op.name == "sddmm":
+        combine = "parallel"
+    elif config.atomics:
+        combine = "atomic"
+    else:
+        combine = "store" if config.bucketing else "serial"
+    return KernelKey(op.name, layout, combine, config.tx, config.vec)
+
+
+def all_keys(op: str | Op) -> list[KernelKey]:
+    """Every kernel variant of `op` (the union over its whole space)."""
+    op = get_op(op)
+    variants = SPMM_VARIANTS if op.name == "spmm" else SDDMM_VARIANTS
+    from ..space.gpu import TX, VEC
+
+    return [KernelKey(op.name, layout, combine, t, v) for layout, combine in variants
+            for t in TX for v in VEC]
+
+
+def cuda_target(arch: str = "sm_80") -> "tvm.target.Target":
+    """TVM target for an NVIDIA GPU of compute capability `arch` (host code for x86 LLVM)."""
+    from tvm.target import Target
+
+    if arch not in ARCHS:
+        raise InvalidConfigError(f"arch {arch!r} not supported; valid: {', '.join(ARCHS)}")
+    return Target({"kind": "cuda", "arch": arch}, host={"kind": "llvm"})
+
+
+@functools.lru_cache(maxsize=None)
+def _generic_prim_func(op: str, layout: str, combine: str):
+    """The variant's PrimFunc with TX, V (and LOG_TX) still scalar parameters."""
+    from . import cuda_tir
+
+    builders = {("spmm", "csr"): cuda_tir.spmm_csr, ("spmm", "hyb"): cuda_tir.spmm_hyb,
+                ("sddmm", "csr"): cuda_tir.sddmm_csr, ("sddmm", "hyb"): cuda_tir.sddmm_hyb}
+    return builders[op, layout](combine)
+
+
+def make_prim_func(key: KernelKey):
+    """The TensorIR PrimFunc of `key` (constants specialized in), named `key.name`.
+
+    Its last parameter is I, the rows per block, passed at launch time.
+    """
+    generic = _generic_prim_func(key.op, key.layout, key.combine)
+    values = {"TX": key.tx, "V": key.vec, "LOG_TX": key.tx.bit_length() - 1}
+    binding = {p: values[p.name] for p in generic.params if p.name in values}
+    return generic.specialize(binding).with_attr("global_symbol", key.name)
+
+
+def build(keys: Iterable[KernelKey], *, arch: str = "sm_80"):
+    """Build the kernels of `keys` into one TVM module (host + CUDA device code).
+
+    Works without a GPU: device code is generated as CUDA source and compiled
+    when the module is first loaded on a device (TVM calls nvcc/NVRTC then).
+    """
+    import tvm
+
+    keys = sorted(set(keys), key=lambda k: k.name)
+    mod = tvm.IRModule({key.name: make_prim_func(key) for key in keys})
+    target = cuda_target(arch)
+    logger.debug("building %d CUDA kernel variants for %s", len(keys), arch)
+    # Constant-extent loops marked unroll become `#pragma unroll` for nvcc instead of
+    # being expanded in TIR (an ELL row of 32 slots would otherwise be copied 32 times).
+    config = {"tirx.UnrollLoop": {"explicit_unroll": False}}
+    with target, tvm.transform.PassContext(config=config):
+        return tvm.tirx.build(mod, target=target)
+
+
+def cuda_source(lib) -> str:
+    """The CUDA C++ source of a module returned by `build`."""
+    return lib.imports[0].inspect_source()
+
+
+class NvccError(CognateError, RuntimeError):
+    """nvcc is missing or rejected a CUDA source (the message carries its diagnostics)."""
+
+
+def find_nvcc(nvcc: str | os.PathLike | None = None) -> str | None:
+    """Path of the nvcc to use: `nvcc` if given, else the one on PATH or in /usr/local/cuda."""
+    if nvcc is not None:
+        return str(nvcc) if Path(nvcc).is_file() else None
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    default = Path("/usr/local/cuda/bin/nvcc")
+    return str(default) if default.is_file() else None
+
+
+def compile_ptx(source: str, *, arch: str = "sm_80", nvcc: str | os.PathLike | None = None,
+                timeout_s: float = 600.0) -> str:
+    """Compile CUDA `source` to PTX for `arch` with nvcc and return the PTX text.
+
+    Raises NvccError when nvcc is missing, fails, or runs past `timeout_s`.
+    """
+    if arch not in ARCHS:
+        raise InvalidConfigError(f"arch {arch!r} not supported; valid: {', '.join(ARCHS)}")
+    exe = find_nvcc(nvcc)
+    if exe is None:
+        raise NvccError(f"nvcc not found (looked for {nvcc or 'nvcc on PATH and /usr/local/cuda/bin'})")
+    with tempfile.TemporaryDirectory(prefix="cognate_nvcc_") as tmp:
+        src, out = Path(tmp) / "kernels.cu", Path(tmp) / "kernels.ptx"
+        src.write_text(source)
+        # TVM's code leaves a few unused temporaries (warning 177): not worth a line each.
+        cmd = [exe, "--ptx", f"-arch={arch}", "-O3", "-diag-suppress", "177", "-o", str(out), str(src)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise NvccError(f"nvcc ran past {timeout_s} s on {len(source)} characters of CUDA") from None
+        if proc.returncode != 0:
+            raise NvccError(f"nvcc -arch={arch} failed (exit {proc.returncode}): "
+                            f"{(proc.stderr or proc.stdout)[-2000:]}")
+        return out.read_text()
+
+
+def ptx_entries(ptx: str) -> set[str]:
+    """Names of the kernels (`.entry`) defined in a PTX text."""
+    return set(re.findall(r"\.entry\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(", ptx))

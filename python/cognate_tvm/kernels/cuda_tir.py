@@ -1,0 +1,312 @@
+"""TVMScript (TensorIR) bodies of the CUDA SpMM / SDDMM kernel variants.
+
+Each builder takes the variant's `combine` mode and returns a PrimFunc whose
+loops are bound to blockIdx/threadIdx; the ELL bucket widths are baked in,
+shapes are symbolic. Argument layouts (built by `cuda_prep`):
+
+spmm csr:   indptr[P, M+1], indices[NNZ], data[NNZ], B[K, nvec*V], C[M, nvec*V], nvec, I
+spmm hyb:   ell_rows[R], ell_cols[E], ell_vals[E], rest_rows[Q], rest_start[Q], rest_end[Q],
+            indices[NNZ], data[NNZ], B, C, n_0..n_5 (rows per bucket), q (rest rows), nvec, I
+sddmm csr:  indptr[P, M+1], indices[NNZ], data[NNZ], pos[NNZ], X[M, nvec*V], Y[K, nvec*V],
+            O[NO], nvec, I
+sddmm hyb:  ell_rows, ell_cols, ell_vals, ell_pos[E], rest_rows, rest_start, rest_end,
+            indices, data, pos, X, Y, O, n_0..n_5, q, nvec, I
+
+`pos` maps a nonzero of the (panel-ordered) arrays to its place in A's CSR
+order; `ell_pos` is the same for bucket slots, -1 for padding. Kernels whose
+grid depends on a bucket size are skipped on the host when that size is 0.
+
+Every signature ends with `nvec, I` (dense vectors per row, rows per block);
+I stays a runtime scalar (the `threadIdx.y` extent, set at launch). Each
+builder is parsed once per (op, layout, combine) with the key's constants as
+scalar parameters TX, V (and LOG_TX = log2 TX for SDDMM), which `specialize`
+then replaces by the key's values: parsing a hyb variant takes ~0.3 s,
+specializing it well under a millisecond.
+"""
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from .cuda import _ZERO_THREADS, ELL_WIDTHS
+
+if len(ELL_WIDTHS) != 6:  # the hyb signatures below list one size parameter per bucket
+    raise ImportError(f"cuda_tir is written for 6 ELL buckets, ELL_WIDTHS has {len(ELL_WIDTHS)}")
+W0, W1, W2, W3, W4, W5 = ELL_WIDTHS
+
+
+def _spmm_macros(atomic: bool):
+    """Macros shared by the SpMM variants: accumulate into acc, then store/add into C."""
+
+    @T.macro
+    def zero_fill(C, M, F):
+        for bx in T.thread_binding(M, thread="blockIdx.x"):
+            for t in T.thread_binding(_ZERO_THREADS, thread="threadIdx.x"):
+                for k in range((F + _ZERO_THREADS - 1) // _ZERO_THREADS):
+                    if k * _ZERO_THREADS + t < F:
+                        C[bx, k * _ZERO_THREADS + t] = T.float32(0)
+
+    @T.macro
+    def write(C, acc, row, vc, V):
+        if atomic:
+            for e in T.unroll(V):
+                T.evaluate(T.call_extern("float32", "atomicAdd", T.address_of(C[row, vc * V + e]),
+                                         acc[e]))
+        else:
+            for e in T.vectorized(V):
+                C[row, vc * V + e] = acc[e]
+
+    @T.macro
+    def ell_bucket(W, n, r0, e0, ell_rows, ell_cols, ell_vals, B, C, nvec, I, TX, V):
+        if n > 0:
+            for bx in T.thread_binding((n + I - 1) // I, thread="blockIdx.x"):
+                for by in T.thread_binding((nvec + TX - 1) // TX, thread="blockIdx.y"):
+                    for ty in T.thread_binding(I, thread="threadIdx.y"):
+                        for tx in T.thread_binding(TX, thread="threadIdx.x"):
+                            acc = T.alloc_buffer((V,), "float32", scope="local")
+                            r = T.meta_var(bx * I + ty)
+                            vc = T.meta_var(by * TX + tx)
+                            if r < n and vc < nvec:
+                                for e in T.vectorized(V):
+                                    acc[e] = T.float32(0)
+                                for s in T.unroll(W):
+                                    for e in T.vectorized(V):
+                                        acc[e] = acc[e] + ell_vals[e0 + r * W + s] * B[
+                                            ell_cols[e0 + r * W + s], vc * V + e]
+                                write(C, acc, ell_rows[r0 + r], vc, V)
+
+    return zero_fill, write, ell_bucket
+
+
+def spmm_csr(combine: str):
+    zero_fill, write, _ = _spmm_macros(combine == "atomic")
+    if combine == "atomic":
+        @T.prim_func
+        def spmm(indptr_h: T.handle, indices_h: T.handle, data_h: T.handle, b_h: T.handle,
+                 c_h: T.handle, nvec: T.int32, I: T.int32, TX: T.int32, V: T.int32):
+            T.func_attr({"tirx.noalias": True})
+            P, M, NNZ, K = T.int32(), T.int32(), T.int32(), T.int32()
+            indptr = T.match_buffer(indptr_h, (P, M + 1), "int32")
+            indices = T.match_buffer(indices_h, (NNZ,), "int32")
+            data = T.match_buffer(data_h, (NNZ,), "float32")
+            B = T.match_buffer(b_h, (K, nvec * V), "float32")
+            C = T.match_buffer(c_h, (M, nvec * V), "float32")
+            zero_fill(C, M, nvec * V)
+            for bz in T.thread_binding(P, thread="blockIdx.z"):
+                for bx in T.thread_binding((M + I - 1) // I, thread="blockIdx.x"):
+                    for by in T.thread_binding((nvec + TX - 1) // TX, thread="blockIdx.y"):
+                        for ty in T.thread_binding(I, thread="threadIdx.y"):
+                            for tx in T.thread_binding(TX, thread="threadIdx.x"):
+                                acc = T.alloc_buffer((V,), "float32", scope="local")
+                                row = T.meta_var(bx * I + ty)
+                                vc = T.meta_var(by * TX + tx)
+                                if row < M and vc < nvec:
+                                    for e in T.vectorized(V):
+                                        acc[e] = T.float32(0)
+                                    for n in range(indptr[bz, row], indptr[bz, row + 1]):
+                                        for e in T.vectorized(V):
+                                            acc[e] = acc[e] + data[n] * B[indices[n], vc * V + e]
+                                    write(C, acc, row, vc, V)
+        return spmm
+
+    @T.prim_func
+    def spmm(indptr_h: T.handle, indices_h: T.handle, data_h: T.handle, b_h: T.handle,
+             c_h: T.handle, nvec: T.int32, I: T.int32, TX: T.int32, V: T.int32):
+        T.func_attr({"tirx.noalias": True})
+        P, M, NNZ, K = T.int32(), T.int32(), T.int32(), T.int32()
+        indptr = T.match_buffer(indptr_h, (P, M + 1), "int32")
+        indices = T.match_buffer(indices_h, (NNZ,), "int32")
+        data = T.match_buffer(data_h, (NNZ,), "float32")
+        B = T.match_buffer(b_h, (K, nvec * V), "float32")
+        C = T.match_buffer(c_h, (M, nvec * V), "float32")
+        for bx in T.thread_binding((M + I - 1) // I, thread="blockIdx.x"):
+            for by in T.thread_binding((nvec + TX - 1) // TX, thread="blockIdx.y"):
+                for ty in T.thread_binding(I, thread="threadIdx.y"):
+                    for tx in T.thread_binding(TX, thread="threadIdx.x"):
+                        acc = T.alloc_buffer((V,), "float32", scope="local")
+                        row = T.meta_var(bx * I + ty)
+                        vc = T.meta_var(by * TX + tx)
+                        if row < M and vc < nvec:
+                            for e in T.vectorized(V):
+                                acc[e] = T.float32(0)
+                            for p in range(P):
+                                for n in range(indptr[p, row], indptr[p, row + 1]):
+                                    for e in T.vectorized(V):
+                                        acc[e] = acc[e] + data[n] * B[indices[n], vc * V + e]
+                            write(C, acc, row, vc, V)
+    return spmm
+
+
+def spmm_hyb(combine: str):
+    zero_fill, write, ell_bucket = _spmm_macros(combine == "atomic")
+
+    @T.prim_func
+    def spmm(rows_h: T.handle, cols_h: T.handle, vals_h: T.handle, rrow_h: T.handle,
+             rlo_h: T.handle, rhi_h: T.handle, indices_h: T.handle, data_h: T.handle,
+             b_h: T.handle, c_h: T.handle, n0: T.int32, n1: T.int32, n2: T.int32, n3: T.int32,
+             n4: T.int32, n5: T.int32, q: T.int32, nvec: T.int32, I: T.int32, TX: T.int32,
+             V: T.int32):
+        T.func_attr({"tirx.noalias": True})
+        R, E, Q, NNZ, M, K = T.int32(), T.int32(), T.int32(), T.int32(), T.int32(), T.int32()
+        ell_rows = T.match_buffer(rows_h, (R,), "int32")
+        ell_cols = T.match_buffer(cols_h, (E,), "int32")
+        ell_vals = T.match_buffer(vals_h, (E,), "float32")
+        rest_rows = T.match_buffer(rrow_h, (Q,), "int32")
+        rest_start = T.match_buffer(rlo_h, (Q,), "int32")
+        rest_end = T.match_buffer(rhi_h, (Q,), "int32")
+        indices = T.match_buffer(indices_h, (NNZ,), "int32")
+        data = T.match_buffer(data_h, (NNZ,), "float32")
+        B = T.match_buffer(b_h, (K, nvec * V), "float32")
+        C = T.match_buffer(c_h, (M, nvec * V), "float32")
+        zero_fill(C, M, nvec * V)
+        ell_bucket(W0, n0, 0, 0, ell_rows, ell_cols, ell_vals, B, C, nvec, I, TX, V)
+        ell_bucket(W1, n1, n0, n0 * W0, ell_rows, ell_cols, ell_vals, B, C, nvec, I, TX, V)
+        ell_bucket(W2, n2, n0 + n1, n0 * W0 + n1 * W1, ell_rows, ell_cols, ell_vals, B, C, nvec, I, TX, V)
+        ell_bucket(W3, n3, n0 + n1 + n2, n0 * W0 + n1 * W1 + n2 * W2, ell_rows, ell_cols,
+                   ell_vals, B, C, nvec, I, TX, V)
+        ell_bucket(W4, n4, n0 + n1 + n2 + n3, n0 * W0 + n1 * W1 + n2 * W2 + n3 * W3, ell_rows,
+                   ell_cols, ell_vals, B, C, nvec, I, TX, V)
+        ell_bucket(W5, n5, n0 + n1 + n2 + n3 + n4,
+                   n0 * W0 + n1 * W1 + n2 * W2 + n3 * W3 + n4 * W4, ell_rows, ell_cols,
+                   ell_vals, B, C, nvec, I, TX, V)
+        if q > 0:
+            for bx in T.thread_binding((q + I - 1) // I, thread="blockIdx.x"):
+                for by in T.thread_binding((nvec + TX - 1) // TX, thread="blockIdx.y"):
+                    for ty in T.thread_binding(I, thread="threadIdx.y"):
+                        for tx in T.thread_binding(TX, thread="threadIdx.x"):
+                            acc = T.alloc_buffer((V,), "float32", scope="local")
+                            r = T.meta_var(bx * I + ty)
+                            vc = T.meta_var(by * TX + tx)
+                            if r < q and vc < nvec:
+                                for e in T.vectorized(V):
+                                    acc[e] = T.float32(0)
+                                for n in range(rest_start[r], rest_end[r]):
+                                    for e in T.vectorized(V):
+                                        acc[e] = acc[e] + data[n] * B[indices[n], vc * V + e]
+                                write(C, acc, rest_rows[r], vc, V)
+    return spmm
+
+
+def _sddmm_macros():
+
+    @T.macro
+    def dot(X, Y, row, col, nvec, tx, ty, accv, red, TX, V, LOG_TX):
+        """red[0] <- X[row] . Y[col], summed over the TX lanes of this row's group."""
+        for e in T.vectorized(V):
+            accv[e] = T.float32(0)
+        for k in range((nvec + TX - 1) // TX):
+            if k * TX + tx < nvec:
+                for e in T.vectorized(V):
+                    accv[e] = accv[e] + X[row, (k * TX + tx) * V + e] * Y[col, (k * TX + tx) * V + e]
+        red[0] = T.float32(0)
+        for e in T.unroll(V):
+            red[0] = red[0] + accv[e]
+        for o in T.unroll(LOG_TX):
+            # lanes of this row's group: TX consecutive lanes starting at (ty * TX) % 32
+            red[0] = red[0] + T.call_extern(
+                "float32", "__shfl_xor_sync",
+                T.shift_left(T.Cast("uint32", T.shift_left(T.uint64(1), T.Cast("uint64", TX))
+                                    - T.uint64(1)), T.Cast("uint32", (ty * TX) % 32)),
+                red[0], T.shift_right(TX, o + 1), TX)
+
+    @T.macro
+    def ell_bucket(W, n, r0, e0, ell_rows, ell_cols, ell_vals, ell_pos, X, Y, O, nvec, I, TX, V,
+                   LOG_TX):
+        if n > 0:
+            for bx in T.thread_binding((n + I - 1) // I, thread="blockIdx.x"):
+                for ty in T.thread_binding(I, thread="threadIdx.y"):
+                    for tx in T.thread_binding(TX, thread="threadIdx.x"):
+                        accv = T.alloc_buffer((V,), "float32", scope="local")
+                        red = T.alloc_buffer((1,), "float32", scope="local")
+                        r = T.meta_var(bx * I + ty)
+                        if r < n:
+                            for s in range(W):
+                                if ell_pos[e0 + r * W + s] >= 0:
+                                    dot(X, Y, ell_rows[r0 + r], ell_cols[e0 + r * W + s], nvec,
+                                        tx, ty, accv, red, TX, V, LOG_TX)
+                                    if tx == 0:
+                                        O[ell_pos[e0 + r * W + s]] = ell_vals[e0 + r * W + s] * red[0]
+
+    return dot, ell_bucket
+
+
+def sddmm_csr(combine: str):
+    dot, _ = _sddmm_macros()
+
+    @T.prim_func
+    def sddmm(indptr_h: T.handle, indices_h: T.handle, data_h: T.handle, pos_h: T.handle,
+              x_h: T.handle, y_h: T.handle, o_h: T.handle, nvec: T.int32, I: T.int32,
+              TX: T.int32, V: T.int32, LOG_TX: T.int32):
+        T.func_attr({"tirx.noalias": True})
+        P, M, NNZ, K, NO = T.int32(), T.int32(), T.int32(), T.int32(), T.int32()
+        indptr = T.match_buffer(indptr_h, (P, M + 1), "int32")
+        indices = T.match_buffer(indices_h, (NNZ,), "int32")
+        data = T.match_buffer(data_h, (NNZ,), "float32")
+        pos = T.match_buffer(pos_h, (NNZ,), "int32")
+        X = T.match_buffer(x_h, (M, nvec * V), "float32")
+        Y = T.match_buffer(y_h, (K, nvec * V), "float32")
+        O = T.match_buffer(o_h, (NO,), "float32")
+        for bx in T.thread_binding((M + I - 1) // I, thread="blockIdx.x"):
+            for bp in T.thread_binding(P, thread="blockIdx.y"):
+                for ty in T.thread_binding(I, thread="threadIdx.y"):
+                    for tx in T.thread_binding(TX, thread="threadIdx.x"):
+                        accv = T.alloc_buffer((V,), "float32", scope="local")
+                        red = T.alloc_buffer((1,), "float32", scope="local")
+                        row = T.meta_var(bx * I + ty)
+                        if row < M:
+                            for n in range(indptr[bp, row], indptr[bp, row + 1]):
+                                dot(X, Y, row, indices[n], nvec, tx, ty, accv, red, TX, V, LOG_TX)
+                                if tx == 0:
+                                    O[pos[n]] = data[n] * red[0]
+    return sddmm
+
+
+def sddmm_hyb(combine: str):
+    dot, ell_bucket = _sddmm_macros()
+
+    @T.prim_func
+    def sddmm(rows_h: T.handle, cols_h: T.handle, vals_h: T.handle, epos_h: T.handle,
+              rrow_h: T.handle, rlo_h: T.handle, rhi_h: T.handle, indices_h: T.handle,
+              data_h: T.handle, pos_h: T.handle, x_h: T.handle, y_h: T.handle, o_h: T.handle,
+              n0: T.int32, n1: T.int32, n2: T.int32, n3: T.int32, n4: T.int32, n5: T.int32,
+              q: T.int32, nvec: T.int32, I: T.int32, TX: T.int32, V: T.int32,
+              LOG_TX: T.int32):
+        T.func_attr({"tirx.noalias": True})
+        R, E, Q, NNZ, M, K, NO = (T.int32(), T.int32(), T.int32(), T.int32(), T.int32(),
+                                  T.int32(), T.int32())
+        ell_rows = T.match_buffer(rows_h, (R,), "int32")
+        ell_cols = T.match_buffer(cols_h, (E,), "int32")
+        ell_vals = T.match_buffer(vals_h, (E,), "float32")
+        ell_pos = T.match_buffer(epos_h, (E,), "int32")
+        rest_rows = T.match_buffer(rrow_h, (Q,), "int32")
+        rest_start = T.match_buffer(rlo_h, (Q,), "int32")
+        rest_end = T.match_buffer(rhi_h, (Q,), "int32")
+        indices = T.match_buffer(indices_h, (NNZ,), "int32")
+        data = T.match_buffer(data_h, (NNZ,), "float32")
+        pos = T.match_buffer(pos_h, (NNZ,), "int32")
+        X = T.match_buffer(x_h, (M, nvec * V), "float32")
+        Y = T.match_buffer(y_h, (K, nvec * V), "float32")
+        O = T.match_buffer(o_h, (NO,), "float32")
+        ell_bucket(W0, n0, 0, 0, ell_rows, ell_cols, ell_vals, ell_pos, X, Y, O, nvec, I, TX, V, LOG_TX)
+        ell_bucket(W1, n1, n0, n0 * W0, ell_rows, ell_cols, ell_vals, ell_pos, X, Y, O, nvec, I, TX, V, LOG_TX)
+        ell_bucket(W2, n2, n0 + n1, n0 * W0 + n1 * W1, ell_rows, ell_cols, ell_vals, ell_pos,
+                   X, Y, O, nvec, I, TX, V, LOG_TX)
+        ell_bucket(W3, n3, n0 + n1 + n2, n0 * W0 + n1 * W1 + n2 * W2, ell_rows, ell_cols,
+                   ell_vals, ell_pos, X, Y, O, nvec, I, TX, V, LOG_TX)
+        ell_bucket(W4, n4, n0 + n1 + n2 + n3, n0 * W0 + n1 * W1 + n2 * W2 + n3 * W3, ell_rows,
+                   ell_cols, ell_vals, ell_pos, X, Y, O, nvec, I, TX, V, LOG_TX)
+        ell_bucket(W5, n5, n0 + n1 + n2 + n3 + n4,
+                   n0 * W0 + n1 * W1 + n2 * W2 + n3 * W3 + n4 * W4, ell_rows, ell_cols,
+                   ell_vals, ell_pos, X, Y, O, nvec, I, TX, V, LOG_TX)
+        if q > 0:
+            for bx in T.thread_binding((q + I - 1) // I, thread="blockIdx.x"):
+                for ty in T.thread_binding(I, thread="threadIdx.y"):
+                    for tx in T.thread_binding(TX, thread="threadIdx.x"):
+                        accv = T.alloc_buffer((V,), "float32", scope="local")
+                        red = T.alloc_buffer((1,), "float32", scope="local")
+                        r = T.meta_var(bx * I + ty)
+                        if r < q:
+                            for n in range(rest_start[r], rest_end[r]):
+                                dot(X, Y, rest_rows[r], indices[n], nvec, tx, ty, accv, red, TX, V, LOG_TX)
+                                if tx == 0:
+                                    O[pos[n]] = data[n] * red[0]
+    return sddmm
