@@ -23,7 +23,7 @@ from .errors import CognateError
 from .matrix import load_matrix
 from .ops import OPS, get_op
 
-EXAMPLE_MATRIX = Path(__file__).resolve().parent / "data" / "example_powerlaw.mtx"
+EXAMPLE_MATRIX = Path(__file__).resolve().parent / "sample_matrices" / "example_powerlaw.mtx"
 BATCH = 8  # configs per backend call: small enough for a live progress bar
 
 log = logging.getLogger(__name__)

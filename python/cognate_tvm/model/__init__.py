@@ -1,0 +1,11 @@
+"""The COGNATE cost model: featurizer, knob encoders, predictor, and the trainable model."""
+from .cognate import FORMAT_VERSION, CognateCostModel, RankingModel
+from .config import FeaturizerConfig, LatentConfig, ModelConfig, PredictorConfig, TrainConfig
+from .featurizer import SparseConvFeaturizer, SparsePattern, matrix_hash, pattern_of
+from .latent import LatentAutoencoder, NoKnobs, PaddedKnobs, ReconstructionReport, create_encoder
+from .predictor import ConfigEmbedding, CostPredictor, ScoreHead
+
+__all__ = ["FORMAT_VERSION", "CognateCostModel", "RankingModel", "FeaturizerConfig", "LatentConfig",
+           "ModelConfig", "PredictorConfig", "TrainConfig", "SparseConvFeaturizer", "SparsePattern",
+           "matrix_hash", "pattern_of", "LatentAutoencoder", "NoKnobs", "PaddedKnobs",
+           "ReconstructionReport", "create_encoder", "ConfigEmbedding", "CostPredictor", "ScoreHead"]

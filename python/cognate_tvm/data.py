@@ -1,0 +1,225 @@
+"""Measurement datasets: collection, storage as parquet, grouping and splitting.
+
+A dataset is a directory of parquet files, one per (matrix, op, feat, platform)
+measured, plus ``meta.json`` (format version). Each part file is written to a
+temporary name and renamed, so a killed collection never leaves half a part,
+and a rerun skips the parts already there. `load_frame` reads all parts into
+one pandas DataFrame with the columns of `COLUMNS`:
+
+``matrix`` (name), ``matrix_hash`` (content hash of the pattern), ``op``,
+``platform``, ``target``, ``feat``, ``config`` (the config's JSON form),
+``time_ms`` (NaN when the config failed), ``error`` (None or the message),
+``correct`` (the output check: True/False, or None when not checked), ``extra``
+(JSON of the backend's per-config extras, e.g. simulated cycles and their
+breakdown) and ``backend`` (JSON of `Backend.metadata()`: where and how it was
+measured, so datasets from many machines can be merged).
+
+Per-config failures are stored as rows with an error; they never stop a sweep.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from .errors import ModelVersionError, ShapeError
+from .ops import Op, get_op
+from .space.base import Config, Space
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+COLUMNS = ("matrix", "matrix_hash", "op", "platform", "target", "feat", "config", "time_ms", "error",
+           "correct", "extra", "backend")
+META_FILE = "meta.json"
+
+
+def matrix_hash(matrix: sp.csr_matrix) -> str:
+    """Content hash of a sparsity pattern (shape, indptr, indices; values are ignored)."""
+    csr = sp.csr_matrix(matrix)
+    digest = hashlib.sha1()
+    digest.update(np.asarray(csr.shape, dtype=np.int64).tobytes())
+    digest.update(np.ascontiguousarray(csr.indptr, dtype=np.int64).tobytes())
+    digest.update(np.ascontiguousarray(csr.indices, dtype=np.int32).tobytes())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Group:
+    """The measured configs of one matrix at one dense width: the unit of ranking."""
+
+    name: str
+    matrix: sp.csr_matrix
+    feat: int
+    configs: tuple[Config, ...]
+    times_ms: np.ndarray  # NaN where the config failed
+
+    def __post_init__(self):
+        times = np.asarray(self.times_ms, dtype=np.float64)
+        if times.shape != (len(self.configs),):
+            raise ShapeError(f"group {self.name!r}: {len(self.configs)} configs but times of shape {times.shape}")
+        object.__setattr__(self, "times_ms", times)
+
+    def ok(self) -> "Group":
+        """The same group without the failed configs."""
+        keep = np.isfinite(self.times_ms)
+        return Group(self.name, self.matrix, self.feat, tuple(c for c, k in zip(self.configs, keep) if k),
+                     self.times_ms[keep])
+
+
+def _part_name(matrix: str, op: str, feat: int, platform: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", matrix)[:80]
+    tag = hashlib.sha1(f"{matrix}|{op}|{feat}|{platform}".encode()).hexdigest()[:10]
+    return f"{safe}-{op}-{feat}-{platform}-{tag}.parquet"
+
+
+def _check_meta(path: Path, *, create: bool) -> None:
+    meta = path / META_FILE
+    if meta.is_file():
+        version = json.loads(meta.read_text()).get("format_version")
+        if version != FORMAT_VERSION:
+            raise ModelVersionError(f"{path}: dataset format version {version!r}, this code reads {FORMAT_VERSION}")
+    elif create:
+        path.mkdir(parents=True, exist_ok=True)
+        _atomic_write(meta, json.dumps({"format_version": FORMAT_VERSION, "columns": list(COLUMNS)}).encode())
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _write_part(path: Path, frame: pd.DataFrame) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        frame.to_parquet(tmp, engine="pyarrow", index=False)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _build(item) -> sp.csr_matrix:
+    return item.build() if hasattr(item, "build") else item
+
+
+def collect(backend, op: str | Op, matrices: Mapping[str, object] | Iterable, configs, path: str | os.PathLike,
+            *, feat: int, check: bool = False, seed: int = 0, progress: bool = True) -> Path:
+    """Measure `configs` of every matrix with `backend` and append them to the dataset at `path`.
+
+    Parameters
+    ----------
+    backend : cognate_tvm.backends.Backend
+    op : "spmm", "sddmm" or an Op.
+    matrices : mapping name -> CSR matrix (or an object with ``.build()``, e.g. a
+        `CorpusEntry`), or an iterable of objects with ``.name`` and ``.build()``.
+    configs : a sequence of configs, or a callable ``(name, matrix) -> configs``
+        (e.g. a seeded per-matrix sample of the space).
+    path : dataset directory; created if missing. Matrices already there are skipped.
+    feat : dense width N.
+
+    Returns the dataset path. Each finished matrix is written atomically, so a
+    killed run resumes where it stopped.
+    """
+    from tqdm.auto import tqdm
+
+    op = get_op(op)
+    path = Path(path)
+    _check_meta(path, create=True)
+    items = list(matrices.items()) if isinstance(matrices, Mapping) else [(m.name, m) for m in matrices]
+    platform = backend.platform
+    metadata = backend.metadata() if hasattr(backend, "metadata") else {"target": backend.target}
+    backend_meta = json.dumps(metadata, sort_keys=True, default=str)
+    todo = [(name, item) for name, item in items
+            if not (path / _part_name(name, op.name, feat, platform)).exists()]
+    logger.info("collect: %d of %d matrices to measure into %s", len(todo), len(items), path)
+    for name, item in tqdm(todo, desc=f"collect {op.name}/{platform}", disable=not progress):
+        matrix = _build(item)
+        chosen = list(configs(name, matrix) if callable(configs) else configs)
+        results = backend.measure(op, matrix, chosen, feat, check=check, seed=seed)
+        if len(results) != len(chosen):
+            raise ShapeError(f"{type(backend).__name__}.measure returned {len(results)} results "
+                             f"for {len(chosen)} configs on {name!r}")
+        digest = matrix_hash(matrix)
+        frame = pd.DataFrame({
+            "matrix": name, "matrix_hash": digest, "op": op.name, "platform": platform,
+            "target": backend.target, "feat": int(feat),
+            "config": [r.config.to_json() for r in results],
+            "time_ms": [float(r.time_ms) if r.ok else np.nan for r in results],
+            "error": [r.error if not r.ok else None for r in results],
+            "correct": [r.correct for r in results],
+            "extra": [json.dumps(r.extra, sort_keys=True, default=str) for r in results],
+            "backend": backend_meta,
+        }, columns=list(COLUMNS))
+        frame["error"] = frame["error"].astype(object)
+        frame["correct"] = frame["correct"].astype(object)
+        _write_part(path / _part_name(name, op.name, feat, platform), frame)
+    return path
+
+
+def load_frame(path: str | os.PathLike) -> pd.DataFrame:
+    """All measurements of the dataset at `path` (an empty frame if it has none)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"dataset directory not found: {path}")
+    _check_meta(path, create=False)
+    parts = sorted(path.glob("*.parquet"))
+    if not parts:
+        return pd.DataFrame({c: [] for c in COLUMNS})
+    return pd.concat([pd.read_parquet(p, engine="pyarrow") for p in parts], ignore_index=True)
+
+
+def groups_from_frame(frame: pd.DataFrame, *, space: Space, matrices: Mapping[str, object],
+                      op: str | None = None, drop_failed: bool = True) -> list[Group]:
+    """One Group per (matrix, feat) of `space`'s platform (and `op`), configs parsed by `space`.
+
+    `matrices` maps matrix names to CSR matrices (or builders); a name missing from
+    it raises KeyError naming it.
+    """
+    frame = frame[frame["platform"] == space.platform]
+    frame = frame[frame["op"] == (op or space.op.name)]
+    groups = []
+    for (name, feat), part in frame.groupby(["matrix", "feat"], sort=True):
+        if name not in matrices:
+            raise KeyError(f"matrix {name!r} of the dataset is not in `matrices`")
+        group = Group(name=str(name), matrix=_build(matrices[name]), feat=int(feat),
+                      configs=tuple(space.config_from_json(c) for c in part["config"]),
+                      times_ms=part["time_ms"].to_numpy(dtype=np.float64))
+        groups.append(group.ok() if drop_failed else group)
+    return groups
+
+
+def split_by_matrix(names: Sequence[str], *, fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
+                    seed: int = 0) -> tuple[list[str], list[str], list[str]]:
+    """Seeded train / validation / test split of distinct matrix names (no matrix in two parts)."""
+    if len(fractions) != 3 or any(f < 0 for f in fractions) or not np.isclose(sum(fractions), 1.0):
+        raise ValueError(f"fractions must be three non-negative numbers summing to 1, got {fractions}")
+    unique = sorted(set(names))
+    order = np.random.default_rng(seed).permutation(len(unique))
+    n_train = int(round(fractions[0] * len(unique)))
+    n_val = int(round(fractions[1] * len(unique)))
+    pick = [unique[i] for i in order]
+    return pick[:n_train], pick[n_train:n_train + n_val], pick[n_train + n_val:]
+
+
+def select(groups: Sequence[Group], names: Iterable[str]) -> list[Group]:
+    """The groups whose matrix is in `names`."""
+    wanted = set(names)
+    return [g for g in groups if g.name in wanted]

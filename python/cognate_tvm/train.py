@@ -1,0 +1,210 @@
+"""Training loops (pre-training, fine-tuning) and the evaluation protocol.
+
+The ranking loss is WACO's and COGNATE's pairwise margin loss: for two configs
+of the same matrix with times t_a > t_b (a slower), the model should score
+``s_a - s_b >= margin``; the loss is ``relu(margin - (s_a - s_b))`` averaged over
+sampled pairs. Pairs never mix matrices or dense widths.
+
+Evaluation (DESIGN.md, "Evaluation protocol"): matrices are split by name
+(`cognate_tvm.data.split_by_matrix`), choices are made on validation only, and
+`transfer_experiment` repeats a whole pre-train / fine-tune / test run over
+seeds so results carry a spread.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .data import Group, matrix_hash
+from .metrics import evaluate_group, summarize
+from .space.base import Space
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Prepared:
+    """A group's tensors, computed once per training run."""
+
+    group: Group
+    key: str
+    shared: torch.Tensor
+    knobs: torch.Tensor
+    log2_feat: torch.Tensor
+    times: torch.Tensor
+
+
+def _prepare(model, groups: Sequence[Group], space: Space) -> list[_Prepared]:
+    out = []
+    for group in groups:
+        group = group.ok()
+        if len(group.configs) < 2:
+            logger.warning("group %r has fewer than 2 successful configs; skipped", group.name)
+            continue
+        rows, cols = group.matrix.shape
+        shared, knobs, log2_feat = model.inputs(space, group.configs, rows=rows, cols=cols, feat=group.feat)
+        out.append(_Prepared(group, matrix_hash(group.matrix), shared, knobs, log2_feat,
+                             torch.as_tensor(group.times_ms, dtype=torch.float32)))
+    return out
+
+
+def pairwise_margin_loss(scores: torch.Tensor, times: torch.Tensor, *, pairs: int, margin: float,
+                         generator: torch.Generator) -> torch.Tensor:
+    """Mean hinge loss over `pairs` random pairs with different times (lower score = faster)."""
+    n = scores.shape[0]
+    a = torch.randint(n, (pairs,), generator=generator)
+    b = torch.randint(n, (pairs,), generator=generator)
+    sign = torch.sign(times[a] - times[b])
+    keep = sign != 0
+    if not keep.any():
+        return scores.sum() * 0.0
+    a, b, sign = a[keep], b[keep], sign[keep]
+    return torch.relu(margin - sign * (scores[a] - scores[b])).mean()
+
+
+def _set_trainable(model, frozen: set[str]) -> list[torch.nn.Parameter]:
+    from .model.predictor import COMPONENTS
+
+    unknown = frozen - set(COMPONENTS)
+    if unknown:
+        raise ValueError(f"unknown component(s) to freeze {sorted(unknown)}; valid: {', '.join(COMPONENTS)}")
+    params = []
+    for name in COMPONENTS:
+        for module in model.net.component(name):
+            for p in module.parameters():
+                p.requires_grad_(name not in frozen)
+                if name not in frozen:
+                    params.append(p)
+    return params
+
+
+def train_ranking(model, groups: Sequence[Group], *, space: Space, epochs: int, lr: float,
+                  frozen: set[str], val_groups: Sequence[Group] | None = None,
+                  phase: str = "train") -> list[dict]:
+    """Train `model` (a CognateCostModel) on `groups` of `space`; returns one history row per epoch.
+
+    Components named in `frozen` ("featurizer", "config", "head", "latent") keep their
+    weights; a frozen featurizer lets every matrix embedding be computed once and cached.
+    With `val_groups`, each epoch's validation pair accuracy is recorded and the weights
+    of the best epoch are kept (the number of epochs is chosen on validation, never on test).
+    """
+    from tqdm.auto import tqdm
+
+    t = model.config.train
+    encoder = model.encoder_for(space)
+    data = _prepare(model, groups, space)
+    if not data:
+        raise ValueError(f"{phase}: no group with at least 2 successful configs to train on")
+    params = _set_trainable(model, frozen)
+    train_featurizer = "featurizer" not in frozen
+    history: list[dict] = []
+    if not params or epochs <= 0:
+        return history
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=t.weight_decay)
+    generator = torch.Generator().manual_seed(model.seed)
+    best: tuple[float, int, dict | None] = (-np.inf, -1, None)
+    order_rng = np.random.default_rng(model.seed)
+    for epoch in tqdm(range(epochs), desc=phase, disable=not model.progress):
+        model.net.train()
+        encoder.eval()
+        losses = []
+        order = order_rng.permutation(len(data))
+        for start in range(0, len(order), t.batch_matrices):
+            optimizer.zero_grad()
+            batch = [data[i] for i in order[start:start + t.batch_matrices]]
+            # one forward over the whole batch: each config row carries its matrix's embedding
+            embs = [model.embedding(item.group.matrix, key=item.key, grad=train_featurizer) for item in batch]
+            sizes = [item.shared.shape[0] for item in batch]
+            emb_rows = torch.cat([e.reshape(1, -1).expand(n, -1) for e, n in zip(embs, sizes)])
+            scores = model.net.score(emb_rows, torch.cat([item.shared for item in batch]),
+                                     torch.cat([item.log2_feat for item in batch]),
+                                     torch.cat([item.knobs for item in batch]), encoder)
+            loss = sum(pairwise_margin_loss(part, item.times, pairs=t.pairs_per_matrix, margin=t.margin,
+                                            generator=generator)
+                       for part, item in zip(torch.split(scores, sizes), batch)) / len(batch)
+            loss.backward()
+            total = loss.item()
+            optimizer.step()
+            losses.append(total)
+        if train_featurizer:
+            model.clear_embedding_cache()
+        model.net.eval()
+        row = {"phase": phase, "epoch": epoch, "loss": float(np.mean(losses))}
+        if val_groups:
+            row["val_pair_accuracy"] = pair_accuracy(model, val_groups, space=space)
+            if row["val_pair_accuracy"] > best[0]:
+                best = (row["val_pair_accuracy"], epoch, copy.deepcopy(model.net.state_dict()))
+        history.append(row)
+        logger.debug("%s epoch %d: %s", phase, epoch, row)
+    if best[2] is not None:
+        # validation picks the epoch: restore the weights of the best one
+        model.net.load_state_dict(best[2])
+        model.clear_embedding_cache()
+        logger.info("%s: kept epoch %d (validation pair accuracy %.3f)", phase, best[1], best[0])
+    for p in model.net.parameters():
+        p.requires_grad_(True)
+    for enc in model.net.encoders.values():
+        for p in enc.parameters():
+            p.requires_grad_(False)
+    return history
+
+
+def pair_accuracy(model, groups: Sequence[Group], *, space: Space) -> float:
+    """Mean ordered-pair accuracy of `model` over `groups`."""
+    from .metrics import ordered_pair_accuracy
+
+    values = [ordered_pair_accuracy(g.times_ms, model.predict(g.matrix, list(g.configs), space=space, feat=g.feat))
+              for g in groups]
+    return float(np.nanmean(values)) if values else float("nan")
+
+
+def evaluate(model, groups: Sequence[Group], *, space: Space, k: int = 5,
+             baseline_ms: Mapping[tuple[str, int], float] | None = None) -> dict[str, float]:
+    """Metrics of `model` on measured `groups` (see cognate_tvm.metrics).
+
+    The baseline time of a group is `baseline_ms[(name, feat)]` if given, else the
+    measured time of `space.baseline()` among the group's configs; a group with
+    neither raises KeyError naming it.
+    """
+    results = []
+    base_config = space.baseline()
+    for g in groups:
+        configs = list(g.configs)
+        if baseline_ms is not None and (g.name, g.feat) in baseline_ms:
+            base = float(baseline_ms[(g.name, g.feat)])
+        elif base_config in configs and np.isfinite(g.times_ms[configs.index(base_config)]):
+            base = float(g.times_ms[configs.index(base_config)])
+        else:
+            raise KeyError(f"group ({g.name!r}, feat={g.feat}) has no measured baseline config")
+        scores = model.predict(g.matrix, configs, space=space, feat=g.feat)
+        results.append(evaluate_group(g.times_ms, scores, baseline_ms=base, k=k))
+    return summarize(results)
+
+
+def transfer_experiment(make_model: Callable[[int], object], *, source: Sequence[Group], source_space: Space,
+                        target_train: Sequence[Group], target_test: Sequence[Group], target_space: Space,
+                        seeds: Sequence[int] = (0, 1, 2), k: int = 5) -> pd.DataFrame:
+    """Pre-train on `source`, fine-tune on `target_train`, evaluate on `target_test`, once per seed.
+
+    `make_model(seed)` builds a fresh RankingModel. Returns one row per seed plus
+    ``mean`` and ``std`` rows; ``target_samples`` counts the target measurements used.
+    """
+    rows = []
+    samples = int(sum(len(g.ok().configs) for g in target_train))
+    for seed in seeds:
+        model = make_model(seed)
+        model.fit(source, space=source_space)
+        model.finetune(target_train, space=target_space)
+        row = evaluate(model, target_test, space=target_space, k=k)
+        row.update(seed=seed, target_samples=samples)
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    numeric = frame.drop(columns=["seed"])
+    summary = pd.DataFrame([numeric.mean().rename("mean"), numeric.std(ddof=0).rename("std")])
+    return pd.concat([frame.set_index("seed"), summary])

@@ -1,0 +1,119 @@
+"""Measurement datasets: resumable collection, failures as rows, grouping, splits, versioning."""
+import json
+
+import numpy as np
+import pytest
+
+from cognate_tvm.data import COLUMNS, collect, groups_from_frame, load_frame, matrix_hash, select, split_by_matrix
+from cognate_tvm.errors import ModelVersionError
+from cognate_tvm.matrix import generate, generate_corpus
+from toy_space import FakeBackend, ToySpace, synthetic_time_ms
+
+
+def _matrices():
+    return {f"m{rows}": generate("banded", rows, seed=rows) for rows in (100, 150, 200)}
+
+
+def test_collect_writes_parquet_with_errors_and_resumes(tmp_path):
+    space = ToySpace("spmm")
+    configs = space.configs()[:12]
+    backend = FakeBackend(space, fail_every=5)
+    mats = _matrices()
+    collect(backend, "spmm", mats, configs, tmp_path / "ds", feat=16, progress=False)
+    frame = load_frame(tmp_path / "ds")
+    assert tuple(frame.columns) == COLUMNS and len(frame) == 3 * 12
+    failed = frame[frame["error"].notna()]
+    assert len(failed) == 3 * 3 and failed["time_ms"].isna().all()  # configs 0, 5, 10 of each matrix
+    assert set(frame["matrix_hash"]) == {matrix_hash(m) for m in mats.values()}
+    row = frame[(frame["matrix"] == "m150") & frame["error"].isna()].iloc[0]
+    config = space.config_from_json(row["config"])
+    assert row["time_ms"] == pytest.approx(synthetic_time_ms(mats["m150"], space, config, 16))
+    # a rerun measures nothing; a new matrix is appended
+    calls = len(backend.calls)
+    collect(backend, "spmm", mats, configs, tmp_path / "ds", feat=16, progress=False)
+    assert len(backend.calls) == calls
+    mats["m250"] = generate("banded", 250, seed=1)
+    collect(backend, "spmm", mats, configs, tmp_path / "ds", feat=16, progress=False)
+    assert backend.calls[calls:] == [250] and len(load_frame(tmp_path / "ds")) == 4 * 12
+
+
+def test_killed_collection_resumes(tmp_path):
+    space = ToySpace("spmm")
+    mats = _matrices()
+    crashing = FakeBackend(space, crash_on="150")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        collect(crashing, "spmm", mats, space.configs()[:4], tmp_path, feat=8, progress=False)
+    assert set(load_frame(tmp_path)["matrix"]) == {"m100"}  # finished before the crash
+    assert not list(tmp_path.glob(".*"))  # no half-written part left behind
+    backend = FakeBackend(space)
+    collect(backend, "spmm", mats, space.configs()[:4], tmp_path, feat=8, progress=False)
+    assert sorted(backend.calls) == [150, 200]
+    assert set(load_frame(tmp_path)["matrix"]) == set(mats)
+
+
+def test_per_matrix_config_sampler_and_corpus_entries(tmp_path):
+    space = ToySpace("spmm")
+    entries = generate_corpus(3, seed=0, min_rows=100, max_rows=300)
+    collect(FakeBackend(space), "spmm", entries, lambda name, m: space.sample(5, seed=len(name)), tmp_path,
+            feat=32, progress=False)
+    frame = load_frame(tmp_path)
+    assert sorted(frame["matrix"].unique()) == sorted(e.name for e in entries)
+    assert (frame.groupby("matrix").size() == 5).all()
+
+
+def test_groups_from_frame(tmp_path):
+    space = ToySpace("spmm")
+    mats = _matrices()
+    collect(FakeBackend(space, fail_every=4), "spmm", mats, space.configs()[:8], tmp_path, feat=16, progress=False)
+    frame = load_frame(tmp_path)
+    groups = groups_from_frame(frame, space=space, matrices=mats)
+    assert [g.name for g in groups] == sorted(mats)
+    assert all(len(g.configs) == 6 and np.all(np.isfinite(g.times_ms)) for g in groups)
+    full = groups_from_frame(frame, space=space, matrices=mats, drop_failed=False)
+    assert all(len(g.configs) == 8 and np.isnan(g.times_ms).sum() == 2 for g in full)
+    assert [g.name for g in select(groups, ["m200"])] == ["m200"]
+    with pytest.raises(KeyError, match="m100"):
+        groups_from_frame(frame, space=space, matrices={"m150": mats["m150"]})
+
+
+def test_split_by_matrix_is_seeded_and_disjoint():
+    names = [f"m{i}" for i in range(40)] + ["m3", "m7"]  # duplicates collapse
+    train, val, test = split_by_matrix(names, seed=0)
+    assert (len(train), len(val), len(test)) == (28, 6, 6)
+    assert not (set(train) & set(val)) and not (set(train) & set(test)) and not (set(val) & set(test))
+    assert set(train) | set(val) | set(test) == set(names)
+    assert split_by_matrix(names, seed=0) == (train, val, test)
+    assert split_by_matrix(names, seed=1) != (train, val, test)
+    with pytest.raises(ValueError, match="fractions"):
+        split_by_matrix(names, fractions=(0.5, 0.5, 0.5))
+
+
+def test_dataset_version_mismatch(tmp_path):
+    space = ToySpace("spmm")
+    collect(FakeBackend(space), "spmm", _matrices(), space.configs()[:2], tmp_path, feat=8, progress=False)
+    (tmp_path / "meta.json").write_text(json.dumps({"format_version": 0}))
+    with pytest.raises(ModelVersionError, match="dataset format version 0"):
+        load_frame(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        load_frame(tmp_path / "missing")
+
+
+def test_extras_and_backend_metadata_are_kept(tmp_path):
+    from cognate_tvm.backends.base import MeasureResult
+
+    space = ToySpace("spmm")
+
+    class WithExtras(FakeBackend):
+        def metadata(self):
+            return {"target": "fake", "machine": "test-box"}
+
+        def measure(self, op, matrix, configs, feat, *, check=False, seed=0):
+            return [MeasureResult(config=c, time_ms=1.0 + n, correct=True if check else None,
+                                  extra={"cycles": 1000 * (n + 1)}) for n, c in enumerate(configs)]
+
+    collect(WithExtras(space), "spmm", _matrices(), space.configs()[:3], tmp_path, feat=8, check=True,
+            progress=False)
+    frame = load_frame(tmp_path)
+    assert [json.loads(e)["cycles"] for e in frame["extra"][:3]] == [1000, 2000, 3000]
+    assert json.loads(frame["backend"].iloc[0]) == {"target": "fake", "machine": "test-box"}
+    assert frame["correct"].tolist() == [True] * len(frame)
