@@ -56,10 +56,11 @@ setup(
     description="Learned, transferable cost model for sparse tensor programs (COGNATE) as a TVM plugin",
     package_dir={"": "python"},
     packages=find_packages("python"),
-    package_data={"cognate_tvm": ["data/*.mtx"]},
+    package_data={"cognate_tvm": ["sample_matrices/*.mtx"]},
     python_requires=">=3.10",
     ext_modules=[
         CMakeExtension("cognate_tvm._formats", target="_formats"),
+        CMakeExtension("cognate_tvm._spade", target="_spade"),
     ],
     cmdclass={"build_ext": CMakeBuild},
     entry_points={"console_scripts": ["cognate-measure=cognate_tvm.measure:main"]},

@@ -1,0 +1,176 @@
+"""How much the SPADE space matters, and how fast the model is.
+
+On a generated corpus (all families), simulates all 256 SPADE configs per
+matrix and reports: the oracle (best of 256) over the baseline config as a
+geomean (the COGNATE paper's SPADE space gave 1.55x), how often each config is
+the best (a good space has no config that wins everywhere), a PNG of both
+distributions, and the time the model takes for all 256 configs of a
+1M-nonzero SpMM.
+
+    python benchmarks/spade_space.py --out benchmarks/results/spade_space
+
+Per-matrix results are saved as JSON under OUT/matrices/; a rerun skips the
+matrices already done (delete them to recompute).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from tqdm import tqdm
+
+from cognate_tvm import simulator
+from cognate_tvm.matrix import as_csr, generate_corpus
+from cognate_tvm.space import create as create_space
+
+logger = logging.getLogger("spade_space")
+
+
+def simulate_corpus(args: argparse.Namespace, out: Path) -> list[dict]:
+    space = create_space("spade", args.op)
+    configs = space.configs()
+    entries = generate_corpus(args.count, seed=args.seed, min_rows=args.min_rows, max_rows=args.max_rows)
+    folder = out / "matrices"
+    folder.mkdir(parents=True, exist_ok=True)
+    records = []
+    for entry in tqdm(entries, desc="matrices"):
+        path = folder / f"{entry.name}.json"
+        if path.exists():
+            records.append(json.loads(path.read_text()))
+            continue
+        matrix = entry.build()
+        start = time.perf_counter()
+        sims = simulator.simulate(matrix, args.op, args.feat, configs, threads=args.workers,
+                                  sampling=args.sampling)
+        record = {"name": entry.name, "family": entry.family, "permuted": entry.permuted,
+                  "rows": matrix.shape[0], "cols": matrix.shape[1], "nnz": int(matrix.nnz),
+                  "feat": args.feat, "op": args.op, "seconds": time.perf_counter() - start,
+                  "cycles": [s.cycles for s in sims], "errors": [s.error for s in sims]}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(path)
+        records.append(record)
+    return records
+
+
+def summarize(records: list[dict], op: str) -> dict:
+    space = create_space("spade", op)
+    configs = space.configs()
+    base = configs.index(space.baseline())
+    speedups, winners, families = [], Counter(), {}
+    for rec in records:
+        cycles = np.array([c if c is not None else np.inf for c in rec["cycles"]])
+        best = int(np.argmin(cycles))
+        speedups.append(cycles[base] / cycles[best])
+        winners[best] += 1
+        families.setdefault(rec["family"], []).append(cycles[base] / cycles[best])
+    geo = float(math.exp(np.mean(np.log(speedups))))
+    top_share = max(winners.values()) / len(records)
+    knob_wins = {}
+    for name in ("row_panel", "col_panel", "split", "barrier", "bypass"):
+        counts = Counter()
+        for idx, n in winners.items():
+            counts[str(getattr(configs[idx], name))] += n
+        knob_wins[name] = dict(sorted(counts.items()))
+    return {
+        "matrices": len(records),
+        "baseline": space.baseline().to_dict(),
+        "oracle_over_baseline_geomean": geo,
+        "oracle_over_baseline_by_family": {f: float(math.exp(np.mean(np.log(v)))) for f, v in sorted(families.items())},
+        "distinct_winning_configs": len(winners),
+        "most_frequent_winner": configs[winners.most_common(1)[0][0]].to_dict(),
+        "most_frequent_winner_share": top_share,
+        "wins_by_knob_value": knob_wins,
+        "wins_by_config": {configs[i].to_json(): n for i, n in winners.most_common()},
+        "goals": {"oracle_geomean>=1.3": geo >= 1.3, "no_config_wins_more_than_a_third": top_share <= 1 / 3},
+        "_speedups": speedups, "_winners": winners,
+    }
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
+    wins = summary["wins_by_config"]
+    labels = [
+        "rp{row_panel} cp{col_panel} s{split}{b}{y}".format(
+            **json.loads(k), b=" B" if json.loads(k)["barrier"] else "", y=" Y" if json.loads(k)["bypass"] else "")
+        for k in wins]
+    ax1.bar(range(len(wins)), list(wins.values()))
+    ax1.set_xticks(range(len(wins)), labels, rotation=75, fontsize=7)
+    ax1.axhline(summary["matrices"] / 3, color="r", ls="--", lw=1, label="1/3 of the matrices")
+    ax1.set_ylabel("matrices where the config is best")
+    ax1.set_title(f"Best config per matrix ({summary['distinct_winning_configs']} distinct; B=barrier, Y=bypass)")
+    ax1.legend()
+    ax2.hist(summary["_speedups"], bins=20)
+    ax2.axvline(summary["oracle_over_baseline_geomean"], color="r", lw=1,
+                label=f"geomean {summary['oracle_over_baseline_geomean']:.2f}x")
+    ax2.set_xlabel("oracle (best of 256) / baseline")
+    ax2.set_ylabel("matrices")
+    ax2.set_title("Speed-up of the best config over the baseline")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def speed_figure(args: argparse.Namespace) -> dict:
+    """Seconds for all 256 configs of a uniform-random SpMM with `args.speed_nnz` nonzeros."""
+    rows = args.speed_rows
+    rng = np.random.default_rng(args.seed)
+    matrix = as_csr(sp.random_array((rows, rows), density=args.speed_nnz / rows / rows, rng=rng, format="csr"))
+    configs = create_space("spade", "spmm").configs()
+    start = time.perf_counter()
+    simulator.simulate(matrix, "spmm", args.feat, configs, threads=args.workers, sampling=args.sampling)
+    seconds = time.perf_counter() - start
+    return {"rows": rows, "nnz": int(matrix.nnz), "feat": args.feat, "configs": len(configs),
+            "threads": args.workers, "sampling": args.sampling, "seconds": seconds}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/spade_space"))
+    parser.add_argument("--count", type=int, default=56, help="matrices (cycled over all families)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--min-rows", type=int, default=1000)
+    parser.add_argument("--max-rows", type=int, default=100_000)
+    parser.add_argument("--op", choices=("spmm", "sddmm"), default="spmm")
+    parser.add_argument("--feat", type=int, default=128)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--sampling", type=int, default=simulator.DEFAULT_SAMPLING)
+    parser.add_argument("--speed-nnz", type=int, default=1_000_000)
+    parser.add_argument("--speed-rows", type=int, default=100_000)
+    parser.add_argument("--skip-speed", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    records = simulate_corpus(args, args.out)
+    summary = summarize(records, args.op)
+    plot(summary, args.out / "distribution.png")
+    if not args.skip_speed:
+        summary["speed"] = speed_figure(args)
+    public = {k: v for k, v in summary.items() if not k.startswith("_")}
+    (args.out / "summary.json").write_text(json.dumps(public, indent=2))
+    logger.info("oracle/baseline geomean %.3fx over %d matrices; most frequent winner %s on %.0f%%; "
+                "%d distinct winners", public["oracle_over_baseline_geomean"], public["matrices"],
+                public["most_frequent_winner"], 100 * public["most_frequent_winner_share"],
+                public["distinct_winning_configs"])
+    logger.info("wins by knob value: %s", public["wins_by_knob_value"])
+    if "speed" in public:
+        logger.info("speed: %d configs of a %d-nnz SpMM in %.2f s (%d threads)", public["speed"]["configs"],
+                    public["speed"]["nnz"], public["speed"]["seconds"], public["speed"]["threads"])
+    return public
+
+
+if __name__ == "__main__":
+    main()

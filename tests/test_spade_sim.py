@@ -1,0 +1,200 @@
+"""The SPADE-like C++ model and the `spade` backend: exact tiny case, invariants, errors."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from cognate_tvm import _spade, backends
+from cognate_tvm.errors import InvalidConfigError, UnknownKindError
+from cognate_tvm.matrix import generate
+from cognate_tvm.ops import SPMM
+from cognate_tvm.simulator import HardwareParams, simulate
+from cognate_tvm.space.spade import SpadeConfig, SpadeSpace
+
+
+def cfg(rp=16, cp=1 << 20, split=1, barrier=False, bypass=False) -> SpadeConfig:
+    return SpadeConfig(row_panel=rp, col_panel=cp, split=split, barrier=barrier, bypass=bypass)
+
+
+@pytest.fixture(scope="module")
+def stencil() -> sp.csr_matrix:
+    return generate("stencil2d", 4000, seed=1)
+
+
+@pytest.fixture(scope="module")
+def graph() -> sp.csr_matrix:
+    return generate("rmat", 6000, seed=2, permute=True)
+
+
+MIXED = [cfg(), cfg(rp=4, cp=2048, split=2, barrier=True), cfg(rp=256, cp=16384, split=4, bypass=True),
+         cfg(rp=64, cp=2048, split=8, barrier=True, bypass=True)]
+
+
+def test_hardware_defaults_match_the_cpp_model():
+    assert HardwareParams().to_dict() == _spade.hardware_defaults()
+
+
+def test_tiny_case_matches_hand_computation():
+    """2x2 SpMM [[1, 1], [0, 1]], N = 4, one PE; every term worked out by hand below."""
+    hw = HardwareParams(pes=1, pes_per_core=1, clock_ghz=1.0, vector_width=4, l2_bytes=64, l2_assoc=4,
+                        llc_bytes=128, llc_assoc=8, line_bytes=16, dram_gbps=1e6, dram_latency_ns=10.0,
+                        l2_latency_cycles=2.0, llc_latency_cycles=4.0, mlp=1, stream_mlp=1,
+                        barrier_cycles=100.0, tile_cycles=5.0, row_cycles=1.0, nnz_cycles=1.0)
+    matrix = sp.csr_matrix(np.array([[1.0, 1.0], [0.0, 1.0]]))
+    (r,) = simulate(matrix, "spmm", 4, [cfg(rp=2, cp=2)], hardware=hw, sampling=1)
+    # One block = one dense row of 4 floats = 16 B = 1 line. Per-line costs: L2 hit 2,
+    # LLC hit 2 + 4 = 6, DRAM 2 + 4 + 10 = 16; streamed bytes cost 10 / 16 = 0.625 each.
+    # Tile: dispatch 5 (sync); compute = 2 rows x 1 + 3 nnz x (1 issue + 1 vector op) = 8;
+    # memory = 10 (exposed stream start) + 12 B row pointers x 0.625 = 7.5
+    #   row 0: C[0] first write (allocated, no fetch), B[0] miss 16, B[1] miss 16, 16 B of A -> 10
+    #   row 1: C[1] first write, B[1] L2 hit 2, 8 B of A -> 5
+    #   = 10 + 7.5 + 16 + 16 + 10 + 2 + 5 = 66.5 > compute: stall = 66.5 - 8 = 58.5.
+    # End of the pass: one barrier, 100. Total 8 + 58.5 + (5 + 100) = 171.5 cycles.
+    assert r.error is None
+    assert r.cycles == 171.5
+    b = r.breakdown
+    assert (b["compute"], b["memory_stall"], b["sync"]) == (8.0, 58.5, 105.0)
+    # DRAM: 12 (row pointers) + 24 (A) + 2 x 16 (B misses) + 2 x 16 (C written back) = 100.
+    assert b["dram_bytes"] == 100.0
+    assert b["l2_hit_rate"] == pytest.approx(1 / 3) and b["llc_hit_rate"] == 0.0
+    assert (b["macs"], b["passes"], b["phases"]) == (12, 1, 1)
+
+
+def test_deterministic_and_independent_of_threads(graph):
+    a = simulate(graph, "spmm", 64, MIXED, threads=1)
+    b = simulate(graph, "spmm", 64, MIXED, threads=1)
+    c = simulate(graph, "spmm", 64, MIXED, threads=2)
+    assert [r.cycles for r in a] == [r.cycles for r in b] == [r.cycles for r in c]
+    assert [r.breakdown for r in a] == [r.breakdown for r in c]
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_macs_equal_nnz_times_feat(graph, op):
+    configs = MIXED + [cfg(split=3)]  # 128 = 43 + 43 + 42 columns
+    for r in simulate(graph, op, 128, configs):
+        assert r.breakdown["macs"] == graph.nnz * 128
+        assert 2 * r.breakdown["macs"] == SPMM.flops(graph.nnz, 128)
+
+
+def test_breakdown_adds_up(graph):
+    for r in simulate(graph, "sddmm", 64, MIXED):
+        b = r.breakdown
+        assert r.cycles == pytest.approx(b["compute"] + b["memory_stall"] + b["sync"])
+        assert 0 <= b["llc_hit_rate"] <= 1 and 0 <= b["l2_hit_rate"] <= 1 and b["imbalance"] >= 1
+        assert b["dram_bytes"] >= graph.nnz * 8  # A is read at least once
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_more_dram_bandwidth_is_never_slower(graph, op):
+    runs = [simulate(graph, op, 64, MIXED, hardware=HardwareParams(dram_gbps=bw))
+            for bw in (25.0, 50.0, 100.0, 200.0, 400.0, 1600.0)]
+    for slower, faster in zip(runs, runs[1:]):
+        for a, b in zip(slower, faster):
+            assert b.cycles <= a.cycles
+    # Bandwidth matters somewhere: the slowest memory is strictly slower.
+    assert sum(r.cycles for r in runs[0]) > sum(r.cycles for r in runs[-1])
+
+
+def test_more_pes_are_never_slower_when_compute_bound(stencil):
+    # Scalar PEs with deep miss queues and ample bandwidth: compute dominates every tile.
+    base = dict(vector_width=1, mlp=64, stream_mlp=64, dram_gbps=1e5, dram_latency_ns=0.0)
+    configs = [cfg(rp=4), cfg(rp=16, cp=2048, barrier=True), cfg(rp=64, split=2, bypass=True)]
+    previous = None
+    for pes in (1, 2, 4, 8, 16, 32, 64, 224):
+        runs = simulate(stencil, "spmm", 64, configs, hardware=HardwareParams(pes=pes, **base), sampling=1)
+        for r in runs:
+            assert r.breakdown["memory_stall"] == 0.0  # the premise: compute-bound
+        cycles = [r.cycles for r in runs]
+        if previous is not None:
+            assert all(now <= before for now, before in zip(cycles, previous))
+        previous = cycles
+    single = simulate(stencil, "spmm", 64, configs[:1], hardware=HardwareParams(pes=1, **base))[0]
+    assert previous[0] < single.cycles / 50  # and it scales
+
+
+def test_knobs_change_the_answer(graph):
+    """Each knob moves the cycle count on a power-law graph (the space is not inert)."""
+    start = cfg(rp=16, cp=2048)
+    cycles = {}
+    for name, value in (("row_panel", 256), ("col_panel", 1 << 20), ("split", 4), ("barrier", True),
+                        ("bypass", True)):
+        cycles[name] = simulate(graph, "spmm", 128, [dataclasses.replace(start, **{name: value})])[0].cycles
+    base = simulate(graph, "spmm", 128, [start])[0].cycles
+    assert all(c != base for c in cycles.values()), cycles
+
+
+def test_sampling_stays_close_to_exact():
+    rng = np.random.default_rng(5)
+    big = sp.random_array((40_000, 40_000), density=3e5 / 40_000**2, rng=rng, format="csr")
+    exact = simulate(big, "spmm", 128, MIXED, sampling=1, threads=2)
+    sampled = simulate(big, "spmm", 128, MIXED, sampling=8, threads=2)
+    for e, s in zip(exact, sampled):
+        assert s.cycles != e.cycles  # it did sample
+        assert s.cycles == pytest.approx(e.cycles, rel=0.05)
+
+
+def test_small_inputs_are_never_sampled(graph):
+    exact = simulate(graph, "spmm", 128, MIXED, sampling=1)
+    sampled = simulate(graph, "spmm", 128, MIXED, sampling=8)
+    assert [r.cycles for r in exact] == [r.cycles for r in sampled]
+
+
+def test_split_larger_than_feat_is_a_per_config_error(graph):
+    a, b = simulate(graph, "spmm", 4, [cfg(split=8), cfg(split=4)])
+    assert a.cycles is None and "split 8" in a.error and "feat=4" in a.error
+    assert b.error is None and b.cycles > 0
+
+
+def test_bad_inputs_raise_typed_errors(graph):
+    with pytest.raises(InvalidConfigError, match="dram_gbps"):
+        HardwareParams(dram_gbps=0)
+    with pytest.raises(InvalidConfigError, match="pes"):
+        HardwareParams(pes=-1)
+    with pytest.raises(InvalidConfigError, match="bogus"):
+        HardwareParams.from_dict({"bogus": 1})
+    with pytest.raises(UnknownKindError, match="gemm"):
+        simulate(graph, "gemm", 8, [cfg()])
+    with pytest.raises(InvalidConfigError, match="sampling"):
+        simulate(graph, "spmm", 8, [cfg()], sampling=3)
+    with pytest.raises(InvalidConfigError, match="row_panel"):
+        simulate(graph, "spmm", 8, [cfg(rp=0)])
+    with pytest.raises(ValueError, match="out of range"):
+        _spade.simulate(np.array([0, 1], np.int32), np.array([5], np.int32), 1, 2, "spmm", 8,
+                        [(1, 1, 1, False, False)], {})
+
+
+def test_empty_matrix_costs_only_overheads():
+    empty = sp.csr_matrix((100, 50), dtype=np.float32)
+    (r,) = simulate(empty, "spmm", 16, [cfg()])
+    assert r.breakdown["macs"] == 0 and r.breakdown["compute"] == 0
+    assert r.breakdown["dram_bytes"] == 100 * 16 * 4  # the dense output is still written
+
+
+def test_backend_measures_and_reports_cycles(graph):
+    backend = backends.create("spade", workers=2)
+    space = SpadeSpace("spmm")
+    configs = [space.baseline(), cfg(rp=5), cfg(rp=4, cp=2048, split=2, barrier=True)]
+    results = backend.measure(SPMM, graph, configs, 64, check=True)
+    assert [r.config for r in results] == configs
+    good, bad, other = results
+    assert bad.error and "row_panel=5" in bad.error and bad.time_ms is None
+    for r in (good, other):
+        assert r.ok and r.correct is None  # the model computes no outputs
+        assert r.time_ms == pytest.approx(r.extra["cycles"] / (backend.hardware.clock_ghz * 1e6))
+        assert set(r.extra["breakdown"]) >= {"compute", "memory_stall", "sync", "dram_bytes", "llc_hit_rate"}
+        assert r.to_dict()["cycles"] == r.extra["cycles"]
+    meta = backend.metadata()
+    assert meta["target"] == "spade" and meta["hardware"]["pes"] == 224
+    slow = backends.create("spade", hardware={"dram_gbps": 10.0}, workers=1)
+    assert slow.measure("spmm", graph, configs[:1], 64)[0].time_ms > good.time_ms
+
+
+def test_backend_is_picklable():
+    import pickle
+
+    backend = backends.create("spade", workers=1, sampling=1)
+    clone = pickle.loads(pickle.dumps(backend))
+    assert clone.hardware == backend.hardware and clone.sampling == 1
