@@ -1,0 +1,213 @@
+"""The `llvm` backend: CPU-space kernels built with TVM, run and timed for real.
+
+Each config's kernel is compiled once per (op, config, dense width, target)
+and cached in memory and on disk (:mod:`cognate_tvm.kernels.cache`); the
+matrix is converted to the layout the config needs (plain or column-panel CSR,
+dense operands zero-padded to the dense tile) before timing, and only the
+kernel call is timed: warm-up calls, then the median of repeats
+(:func:`~cognate_tvm.backends.base.median_time_ms`).
+
+Every failure of a config — invalid config, build error, run error, timeout —
+becomes that config's ``MeasureResult.error``. The timeout is cooperative: a
+compiled kernel cannot be interrupted, so a config whose first (checked) call
+takes longer than ``timeout_s`` is reported as timed out and not repeated, and
+the number of timed repeats is cut so the config's total stays near the limit.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import InvalidConfigError
+from ..kernels.cache import DEFAULT_CACHE_DIR
+from ..matrix import as_csr
+from ..ops import Op, get_op
+from ..space.base import Config
+from ..space.cpu import CPUConfig, CPUSpace
+from .base import Backend, MeasureResult, VendorLibrary, check_output, median_time_ms
+
+log = logging.getLogger(__name__)
+
+
+class LLVMBackend(Backend):
+    """Measures CPU-space configs with TVM-compiled kernels on this machine.
+
+    Parameters
+    ----------
+    num_threads
+        Threads of TVM's pool and the target's core count (default: all cores).
+        Set through ``TVM_NUM_THREADS`` by the constructor, which only takes
+        effect if TVM's thread pool has not started yet in this process (the
+        pool otherwise defaults to half the cores).
+    cache_dir
+        Directory of compiled kernels (default ``~/.cache/cognate_tvm/kernels``);
+        None keeps them in memory only.
+    warmup, repeats, min_seconds
+        Timing: calls before timing, timed samples (median reported), and the
+        least duration of one sample (short kernels are looped).
+    timeout_s
+        Per-config limit on one kernel call (see the module docstring).
+    mcpu
+        LLVM CPU name to compile for (default: this machine's, from TVM's LLVM).
+    """
+
+    target = "llvm"
+    platform = "cpu"
+
+    def __init__(self, *, num_threads: int | None = None,
+                 cache_dir: str | os.PathLike | None = DEFAULT_CACHE_DIR, warmup: int = 2, repeats: int = 7,
+                 min_seconds: float = 0.01, timeout_s: float = 10.0, mcpu: str | None = None):
+        if num_threads is not None and int(num_threads) < 1:
+            raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+        self.num_threads = int(num_threads or os.cpu_count() or 1)
+        self.cache_dir = None if cache_dir is None else Path(cache_dir)
+        self.warmup, self.repeats = int(warmup), int(repeats)
+        self.min_seconds, self.timeout_s = float(min_seconds), float(timeout_s)
+        self.mcpu = mcpu
+        self._setup()
+
+    def _setup(self) -> None:
+        if os.environ.get("TVM_NUM_THREADS") != str(self.num_threads):
+            if "tvm" in sys.modules:
+                log.debug("TVM already imported; TVM_NUM_THREADS=%d applies only if its pool "
+                          "has not started", self.num_threads)
+            os.environ["TVM_NUM_THREADS"] = str(self.num_threads)
+        from ..kernels.cache import KernelCache
+        from ..kernels.cpu import cpu_target
+
+        self._target = cpu_target(self.num_threads, self.mcpu)
+        self._cache = KernelCache(self.cache_dir)
+
+    # pickling: settings only; compiled modules are reloaded from the cache after unpickling
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._setup()
+
+    @property
+    def kernel_cache(self):
+        return self._cache
+
+    def vendor(self) -> VendorLibrary:
+        """MKL (this backend's thread count) when sparse_dot_mkl finds its runtime, else scipy.
+
+        The library times itself in a worker process without TVM (`isolated`),
+        as TVM's threads in this process would slow MKL down.
+        """
+        from .vendor import MKLLibrary, ScipyLibrary, mkl_available
+
+        if mkl_available():
+            return MKLLibrary(num_threads=self.num_threads, isolated=True)
+        return ScipyLibrary(isolated=True)
+
+    def metadata(self) -> dict:
+        out = super().metadata()
+        out.update({"num_threads": self.num_threads, "llvm_target": str(self._target)})
+        return out
+
+    def kernel(self, op: str | Op, config: CPUConfig, feat: int):
+        """The compiled module of `config` for `op` and width `feat` (cached)."""
+        from ..kernels.cpu import build_kernel
+
+        return build_kernel(op, config, feat, self._target, cache=self._cache)
+
+    def measure(self, op: str | Op, matrix: sp.csr_matrix, configs: Sequence[Config], feat: int, *,
+                check: bool = False, seed: int = 0) -> list[MeasureResult]:
+        op = get_op(op)
+        matrix = as_csr(matrix)
+        if int(feat) < 1:
+            raise ValueError(f"feat must be >= 1, got {feat}")
+        dense = op.make_dense_inputs(matrix, int(feat), seed=seed)
+        space = CPUSpace(op)
+        run = _Run(self, op, matrix, int(feat), dense)
+        results = []
+        for config in configs:
+            try:
+                space.check(config)
+                results.append(run.measure(config, check))
+            except InvalidConfigError as exc:
+                results.append(MeasureResult(config, None, error=f"invalid config: {exc}"))
+            except Exception as exc:  # a per-config failure is a result, never an abort
+                log.debug("config %s failed", config, exc_info=True)
+                results.append(MeasureResult(config, None, error=f"{type(exc).__name__}: {exc}"))
+        return results
+
+
+class _Run:
+    """One measure() call: shares format conversions and device arrays between configs."""
+
+    def __init__(self, backend: LLVMBackend, op: Op, matrix: sp.csr_matrix, feat: int,
+                 dense: list[np.ndarray]):
+        self.backend, self.op, self.matrix, self.feat, self.dense = backend, op, matrix, feat, dense
+        self._sparse: dict[tuple, object] = {}
+        self._padded: dict[int, list[np.ndarray]] = {}
+        self._device: dict[int, tuple] = {}  # id(numpy input) -> (array kept alive, device copy)
+
+    def _padded_dense(self, width: int) -> list[np.ndarray]:
+        from ..kernels.cpu import pad_dense
+
+        if width not in self._padded:
+            self._padded[width] = [pad_dense(d, width) for d in self.dense]
+        return self._padded[width]
+
+    def _on_device(self, array: np.ndarray):
+        """Inputs are copied to TVM once per measure() call and shared by the configs."""
+        import tvm
+
+        if id(array) not in self._device:
+            self._device[id(array)] = (array, tvm.runtime.tensor(array, tvm.cpu()))
+        return self._device[id(array)][1]
+
+    def _sparse_operand(self, config: CPUConfig):
+        from ..kernels.cpu import prepare_sparse
+
+        key = (config.k_panel == 0, config.panel_width(self.matrix.shape[1]))
+        if key not in self._sparse:
+            self._sparse[key] = prepare_sparse(self.op, self.matrix, config)
+        return self._sparse[key]
+
+    def measure(self, config: CPUConfig, check: bool) -> MeasureResult:
+        import tvm
+
+        from ..kernels.cpu import kernel_arguments, unpad_output
+
+        backend = self.backend
+        start = time.perf_counter()
+        module = backend.kernel(self.op, config, self.feat)
+        build_s = time.perf_counter() - start
+        func = module["main"]
+        args = kernel_arguments(self.op, self.matrix, config, self.feat,
+                                self._padded_dense(config.padded_width(self.feat)),
+                                self._sparse_operand(config))
+        call_args = [a if isinstance(a, int) else self._on_device(a) for a in args[:-1]]
+        call_args.append(tvm.runtime.tensor(args[-1], tvm.cpu()))  # a fresh (NaN) output per config
+
+        def call():
+            func(*call_args)
+
+        start = time.perf_counter()
+        call()
+        first_s = time.perf_counter() - start
+        extra = {"build_s": round(build_s, 4)}
+        correct = None
+        if check:
+            output = unpad_output(self.op, call_args[-1].numpy(), self.feat)
+            correct = check_output(self.op, self.matrix, self.dense, output)
+        if first_s > backend.timeout_s:
+            return MeasureResult(config, None, correct=correct, extra=extra,
+                                 error=f"timeout: one call took {first_s:.2f} s > {backend.timeout_s} s")
+        budget = max(1, int(backend.timeout_s / max(first_s, 1e-9)))
+        repeats = max(1, min(backend.repeats, budget - backend.warmup))
+        min_seconds = min(backend.min_seconds, backend.timeout_s / (repeats + 1))
+        time_ms = median_time_ms(call, warmup=min(backend.warmup, budget), repeats=repeats,
+                                 min_seconds=min_seconds)
+        return MeasureResult(config, time_ms, correct=correct, extra=extra)

@@ -1,0 +1,412 @@
+"""TensorIR SpMM and SDDMM kernels for every config of the CPU space.
+
+For each (op, config, dense width, target) this module writes the scheduled
+loop nest as a TVMScript prim_func — loop order, tiling, parallel row tiles,
+vectorized and unrolled dense loops, register accumulators — parses it and
+builds it with LLVM. The sparse matrix is not part of the kernel: its
+(column-panel) CSR arrays and sizes are runtime arguments, so one compiled
+kernel serves every matrix, and :class:`~cognate_tvm.kernels.cache.KernelCache`
+keeps it in memory and on disk.
+
+The loop nest is written directly in the scheduled form rather than derived by
+``s_tir.Schedule`` primitives: the sparse loop's extent is data dependent
+(``indptr[i + 1] - indptr[i]``), and reordering it against the dense loops,
+hoisting accumulators across panels and round-robin row distribution are
+simpler to state as the nest they produce.
+
+Kernel arguments, in order: ``m, ncols, nnz, npanels`` (int32), then
+``indptr`` (int32 ``[npanels * (m + 1)]``, panel-major), ``indices`` (int32
+``[nnz]``), ``vals`` (float32 ``[nnz]``), then for SDDMM with column panels
+``perm`` (int32 ``[nnz]``: panel-order nonzero -> its position in A), then the
+dense operands zero-padded to ``config.padded_width(feat)`` columns, then the
+output (SpMM: ``C[m, width]``; SDDMM: ``O[nnz]`` in A's nonzero order).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..formats import column_panels
+from ..ops import Op, get_op
+from ..space.cpu import CPUConfig
+from .cache import KernelCache, kernel_key
+
+# Bumped whenever the generated code changes, so stale cached libraries are not reused.
+GENERATOR_VERSION = 3
+
+
+def host_cpu() -> str:
+    """LLVM's name of this machine's CPU (e.g. 'znver4'), as TVM's LLVM sees it."""
+    from tvm.target import codegen
+
+    return str(codegen.llvm_get_system_cpu())
+
+
+def cpu_target(num_threads: int, mcpu: str | None = None):
+    """`llvm` target for `num_threads` cores, tuned for `mcpu` (default: this CPU)."""
+    from tvm.target import Target
+
+    return Target({"kind": "llvm", "num-cores": int(num_threads), "mcpu": mcpu or host_cpu()})
+
+
+# -- code generation ---------------------------------------------------------------
+
+class _Writer:
+    """Indented TVMScript lines."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def __call__(self, depth: int, text: str) -> None:
+        self.lines.append("    " * depth + text)
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+class _NestGenerator:
+    """Writes the TVMScript of one (op, config, feat) kernel; see module docstring."""
+
+    def __init__(self, op: Op, config: CPUConfig, feat: int, workers: int):
+        self.op, self.config = op, config
+        self.csr = config.k_panel == 0
+        self.sddmm = op.name == "sddmm"
+        self.tile_i = config.i_tile
+        self.tile_j = config.dense_tile(feat)
+        self.width = config.padded_width(feat)
+        self.lanes = max(1, config.vector)
+        self.workers = max(1, int(workers))
+        # With one panel the k1 loop has a single iteration: leave it out.
+        self.order = [name for name in config.loop_order if not (self.csr and name == "k1")]
+        self.w = _Writer()
+        self.depth = 1
+        self.ends: list[int] = []
+
+    # index expressions of the loops opened so far
+    def i1(self) -> str:
+        chunk = self.config.chunk
+        return f"((c1 * {self.workers} + w) * {chunk} + c0)" if self.config.parallel and chunk else "i1"
+
+    def row(self) -> str:
+        return self.i1() if self.tile_i == 1 else f"({self.i1()} * {self.tile_i} + i0)"
+
+    def row_ptr(self, offset: str = "") -> str:
+        base = self.row() if self.csr else f"k1 * (m + 1) + {self.row()}"
+        return f"indptr[{base}{offset}]"
+
+    def nz(self) -> str:
+        return f"({self.row_ptr()} + k0)"
+
+    def j1(self) -> str:
+        return "0" if self.width == self.tile_j else "j1"
+
+    def chunks(self) -> int:
+        return self.tile_j // self.lanes
+
+    def col(self, vector: bool) -> str:
+        if not vector:
+            return f"({self.j1()} * {self.tile_j} + j0)"
+        inner = "jv" if self.chunks() == 1 else f"jo * {self.lanes} + jv"
+        return f"({self.j1()} * {self.tile_j} + {inner})"
+
+    def lane(self) -> str:
+        return "jv" if self.chunks() == 1 else f"jo * {self.lanes} + jv"
+
+    # loops
+    def open(self, header: str) -> None:
+        self.w(self.depth, header)
+        self.depth += 1
+
+    def close(self, levels: int) -> None:
+        self.depth -= levels
+
+    def open_loop(self, name: str) -> int:
+        """Open `name`'s loop(s) (and guards); return how many levels were opened."""
+        tiles = f"T.ceildiv(m, {self.tile_i})"
+        if name == "i1":
+            if self.config.parallel and self.config.chunk:
+                step = self.workers * self.config.chunk
+                self.open(f"for w in T.parallel({self.workers}):")
+                self.open(f"for c1 in T.serial(T.ceildiv({tiles}, {step})):")
+                self.open(f"for c0 in T.serial({self.config.chunk}):")
+                self.open(f"if {self.i1()} < {tiles}:")
+                return 4
+            kind = "parallel" if self.config.parallel else "serial"
+            self.open(f"for i1 in T.{kind}({tiles}):")
+            return 1
+        if name == "i0":
+            if self.tile_i == 1:
+                return 0
+            self.open(f"for i0 in T.serial({self.tile_i}):")
+            self.open(f"if {self.row()} < m:")
+            return 2
+        if name == "k1":
+            self.open("for k1 in T.serial(npanels):")
+            return 1
+        if name == "k0":
+            self.open(f"for k0 in T.serial({self.row_ptr(' + 1')} - {self.row_ptr()}):")
+            return 1
+        if name == "j1":
+            if self.width == self.tile_j:
+                return 0
+            self.open(f"for j1 in T.serial({self.width // self.tile_j}):")
+            return 1
+        if name == "j0":
+            self.open(f"for j0 in T.serial({self.tile_j}):")
+            return 1
+        raise AssertionError(name)
+
+    def vector_loops(self, body: str, *, size: int | None = None) -> None:
+        """The dense tile as (unrolled) chunks of vectorized lanes around `body`."""
+        size = self.tile_j if size is None else size
+        opened = 0
+        if size // self.lanes > 1:
+            kind = "unroll" if self.config.unroll else "serial"
+            self.open(f"for jo in T.{kind}({size // self.lanes}):")
+            opened += 1
+        self.open(f"for jv in T.vectorized({self.lanes}):")
+        self.w(self.depth, body)
+        self.close(opened + 1)
+
+    # the kernel
+    def source(self) -> str:
+        w = self.w
+        w(0, "@T.prim_func")
+        args = ["m: T.int32", "ncols: T.int32", "nnz: T.int32", "npanels: T.int32",
+                "indptr_h: T.handle", "indices_h: T.handle", "vals_h: T.handle"]
+        if self.sddmm and not self.csr:
+            args.append("perm_h: T.handle")
+        dense = ("x_h", "y_h") if self.sddmm else ("b_h",)
+        args += [f"{d}: T.handle" for d in dense] + ["out_h: T.handle"]
+        w(0, f"def main({', '.join(args)}):")
+        w(1, 'T.func_attr({"global_symbol": "main", "tirx.noalias": True})')
+        w(1, 'indptr = T.match_buffer(indptr_h, (npanels * (m + 1),), "int32")')
+        w(1, 'indices = T.match_buffer(indices_h, (nnz,), "int32")')
+        w(1, 'vals = T.match_buffer(vals_h, (nnz,), "float32")')
+        if self.sddmm:
+            if not self.csr:
+                w(1, 'perm = T.match_buffer(perm_h, (nnz,), "int32")')
+            w(1, f'X = T.match_buffer(x_h, (m, {self.width}), "float32")')
+            w(1, f'Y = T.match_buffer(y_h, (ncols, {self.width}), "float32")')
+            w(1, 'O = T.match_buffer(out_h, (nnz,), "float32")')
+        else:
+            w(1, f'B = T.match_buffer(b_h, (ncols, {self.width}), "float32")')
+            w(1, f'C = T.match_buffer(out_h, (m, {self.width}), "float32")')
+        (self._sddmm if self.sddmm else self._spmm)()
+        return w.text()
+
+    def _zero_output(self) -> None:
+        kind = "parallel" if self.config.parallel else "serial"
+        if self.sddmm:
+            self.open(f"for n in T.{kind}(nnz):")
+            self.w(self.depth, "O[n] = T.float32(0)")
+            self.close(1)
+        else:
+            self.open(f"for r in T.{kind}(m):")
+            self.open(f"for c in T.vectorized({self.width}):")
+            self.w(self.depth, "C[r, c] = T.float32(0)")
+            self.close(2)
+
+    def _spmm(self) -> None:
+        order = self.order
+        if order[-1] == "j0" and order[-2] == "k0":
+            # A register accumulator for the dense tile spans the run of sparse loops around j0.
+            start = len(order) - 2
+            while start > 0 and order[start - 1] in ("k1", "k0"):
+                start -= 1
+            covers_all = self.csr or "k1" in order[start:]
+            if not covers_all:
+                self._zero_output()
+            store = "=" if covers_all else "+="
+            self._nest(0, start, lambda: self._spmm_accumulated(start, store))
+        elif order[-1] == "j0":
+            self._zero_output()
+            b = f"B[indices[{self.nz()}], {self.col(True)}]"
+            self._nest(0, len(order) - 1, lambda: self.vector_loops(
+                f"C[{self.row()}, {self.col(True)}] = C[{self.row()}, {self.col(True)}] "
+                f"+ vals[{self.nz()}] * {b}"))
+        else:  # sparse loop innermost: a scalar sum over the nonzeros per output element
+            if not self.csr:
+                self._zero_output()
+            self._nest(0, len(order) - 1, self._spmm_scalar)
+
+    def _spmm_accumulated(self, start: int, store: str) -> None:
+        self.w(self.depth, f'acc = T.alloc_buffer(({self.tile_j},), "float32", scope="local")')
+        self.vector_loops(f"acc[{self.lane()}] = T.float32(0)")
+        self._nest(start, len(self.order) - 1, lambda: self.vector_loops(
+            f"acc[{self.lane()}] = acc[{self.lane()}] + vals[{self.nz()}] * "
+            f"B[indices[{self.nz()}], {self.col(True)}]"))
+        out = f"C[{self.row()}, {self.col(True)}]"
+        value = f"acc[{self.lane()}]" if store == "=" else f"{out} + acc[{self.lane()}]"
+        self.vector_loops(f"{out} = {value}")
+
+    def _spmm_scalar(self) -> None:
+        self.w(self.depth, 'acc = T.alloc_buffer((1,), "float32", scope="local")')
+        self.w(self.depth, "acc[0] = T.float32(0)")
+        self.open_loop("k0")
+        self.w(self.depth, f"acc[0] = acc[0] + vals[{self.nz()}] * B[indices[{self.nz()}], {self.col(False)}]")
+        self.close(1)
+        out = f"C[{self.row()}, {self.col(False)}]"
+        self.w(self.depth, f"{out} = acc[0]" if self.csr else f"{out} = {out} + acc[0]")
+
+    def _sddmm(self) -> None:
+        order = self.order
+        if order[-1] == "k0":  # j0 outside the sparse loop: scalar updates of each output
+            self._zero_output()
+            out = f"O[perm[{self.nz()}]]" if not self.csr else f"O[{self.nz()}]"
+            body = (f"{out} = {out} + vals[{self.nz()}] * X[{self.row()}, {self.col(False)}] * "
+                    f"Y[indices[{self.nz()}], {self.col(False)}]")
+            self._nest(0, len(order), lambda: self.w(self.depth, body))
+            return
+        k0 = order.index("k0")
+        whole_dot = "j1" in order[k0:] or self.width == self.tile_j
+        if not whole_dot:
+            self._zero_output()
+        self._nest(0, k0 + 1, lambda: self._sddmm_dot(k0, whole_dot))
+
+    def _sddmm_dot(self, k0: int, whole_dot: bool) -> None:
+        size = self.tile_j if self.config.unroll else self.lanes
+        lane = self.lane() if self.config.unroll else "jv"
+        self.w(self.depth, f'acc = T.alloc_buffer(({size},), "float32", scope="local")')
+        self.vector_loops(f"acc[{lane}] = T.float32(0)", size=size)
+        x = f"X[{self.row()}, {self.col(True)}]"
+        y = f"Y[indices[{self.nz()}], {self.col(True)}]"
+        self._nest(k0 + 1, len(self.order) - 1, lambda: self.vector_loops(
+            f"acc[{lane}] = acc[{lane}] + {x} * {y}"))
+        # Tree reduction of the lanes: ceil(log2(size)) folding steps, each one vector add
+        # (an odd count folds its upper half onto the lower, keeping the middle element).
+        live = size
+        while live > 1:
+            half, rest = live // 2, live - live // 2
+            self.open(f"for t in T.vectorized({half}):")
+            self.w(self.depth, f"acc[t] = acc[t] + acc[t + {rest}]")
+            self.close(1)
+            live = rest
+        out = f"O[perm[{self.nz()}]]" if not self.csr else f"O[{self.nz()}]"
+        value = f"vals[{self.nz()}] * acc[0]"
+        self.w(self.depth, f"{out} = {value}" if whole_dot else f"{out} = {out} + {value}")
+
+    def _nest(self, first: int, last: int, inner) -> None:
+        """Open loops order[first:last], call `inner()` in the innermost body, close them."""
+        opened = [self.open_loop(name) for name in self.order[first:last]]
+        inner()
+        self.close(sum(opened))
+
+
+def kernel_source(op: str | Op, config: CPUConfig, feat: int, *, workers: int) -> str:
+    """TVMScript of the kernel for `op`, `config` and dense width `feat`.
+
+    `workers` is the number of parallel tasks of round-robin configs (chunk > 0),
+    normally the target's core count.
+    """
+    return _NestGenerator(get_op(op), config, int(feat), workers).source()
+
+
+# -- building and running --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What a compiled kernel depends on; its `key()` names it in the cache."""
+
+    op: str
+    config: CPUConfig
+    feat: int
+    target: str
+    workers: int
+
+    def key(self) -> str:
+        import tvm
+
+        return kernel_key({"op": self.op, "config": self.config.to_dict(), "feat": self.feat,
+                           "target": self.target, "workers": self.workers, "tvm": tvm.__version__,
+                           "generator": GENERATOR_VERSION})
+
+
+def build_kernel(op: str | Op, config: CPUConfig, feat: int, target, *, cache: KernelCache | None = None):
+    """The compiled module of one kernel (entry point "main"), through `cache` when given."""
+    import tvm
+
+    op = get_op(op)
+    workers = int(target.attrs.get("num-cores", 1))
+    spec = KernelSpec(op.name, config, int(feat), str(target), workers)
+
+    def build():
+        func = tvm.script.from_source(kernel_source(op, config, feat, workers=workers))
+        return tvm.tirx.build(func, target=target)
+
+    if cache is None:
+        return build()
+    return cache.get(spec.key(), build)
+
+
+def panel_permutation(matrix: sp.csr_matrix, width: int) -> np.ndarray:
+    """int32 [nnz]: the position in `matrix` of each nonzero of its column-panel form.
+
+    Matches :func:`cognate_tvm.formats.column_panels` (panel-major, row-major
+    within a panel, original order within a row).
+    """
+    rows = np.repeat(np.arange(matrix.shape[0], dtype=np.int64), np.diff(matrix.indptr))
+    panel = matrix.indices.astype(np.int64) // max(1, int(width))
+    return np.lexsort((rows, panel)).astype(np.int32)
+
+
+@dataclass(frozen=True)
+class SparseOperand:
+    """The format a config needs: (column-panel) CSR arrays and, for SDDMM, the permutation."""
+
+    npanels: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    vals: np.ndarray
+    perm: np.ndarray | None
+
+
+def prepare_sparse(op: str | Op, matrix: sp.csr_matrix, config: CPUConfig) -> SparseOperand:
+    """Convert canonical CSR `matrix` into the layout `config`'s kernel reads."""
+    op = get_op(op)
+    rows, cols = matrix.shape
+    if config.k_panel == 0:
+        return SparseOperand(1, np.ascontiguousarray(matrix.indptr, dtype=np.int32),
+                             np.ascontiguousarray(matrix.indices, dtype=np.int32),
+                             np.ascontiguousarray(matrix.data, dtype=np.float32), None)
+    width = config.panel_width(cols)
+    panels = column_panels(matrix, width)
+    perm = panel_permutation(matrix, width) if op.name == "sddmm" else None
+    return SparseOperand(panels.panels, np.ascontiguousarray(panels.indptr.reshape(-1)),
+                         panels.indices, panels.data, perm)
+
+
+def pad_dense(dense: np.ndarray, width: int) -> np.ndarray:
+    """float32 C-contiguous copy of `dense` with zero columns up to `width`."""
+    dense = np.asarray(dense, dtype=np.float32)
+    if dense.shape[1] == width:
+        return np.ascontiguousarray(dense)
+    out = np.zeros((dense.shape[0], width), dtype=np.float32)
+    out[:, :dense.shape[1]] = dense
+    return out
+
+
+def kernel_arguments(op: str | Op, matrix: sp.csr_matrix, config: CPUConfig, feat: int,
+                     dense: list[np.ndarray], sparse: SparseOperand | None = None) -> list:
+    """The numpy/int arguments of the kernel, output last; see module docstring.
+
+    The output starts as NaN, so an element that a kernel fails to write fails the check.
+    """
+    op = get_op(op)
+    sparse = sparse or prepare_sparse(op, matrix, config)
+    rows, cols = matrix.shape
+    width = config.padded_width(feat)
+    args: list = [rows, cols, int(matrix.nnz), sparse.npanels, sparse.indptr, sparse.indices, sparse.vals]
+    if op.name == "sddmm" and sparse.perm is not None:
+        args.append(sparse.perm)
+    args += [pad_dense(d, width) for d in dense]
+    out_shape = (int(matrix.nnz),) if op.name == "sddmm" else (rows, width)
+    args.append(np.full(out_shape, np.nan, dtype=np.float32))
+    return args
+
+
+def unpad_output(op: str | Op, output: np.ndarray, feat: int) -> np.ndarray:
+    """The kernel output without its padding columns."""
+    return output if get_op(op).name == "sddmm" else output[:, :feat]

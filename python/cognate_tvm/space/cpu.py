@@ -1,0 +1,181 @@
+"""The CPU (llvm) space: WACO's SuperSchedule adapted to TensorIR.
+
+A config fixes, for SpMM (C = A @ B) and SDDMM (O = A * (X @ Y^T) on A's
+pattern), with A sparse M x K and dense width N (`feat`):
+
+- ``i_tile`` (I): rows of A per row tile; the row-tile loop i1 is the one that
+  runs in parallel.
+- ``k_panel`` (K): column-panel width; 0 means plain CSR (one panel). A width
+  below the column count cuts A into column-panel CSR
+  (:func:`cognate_tvm.formats.column_panels`). The number of panels is capped at
+  :data:`MAX_PANELS` so the ``[panels, rows + 1]`` row pointers stay small: on a
+  matrix with more than ``MAX_PANELS * K`` columns the panel width grows to
+  ``ceil(cols / MAX_PANELS)`` (see :meth:`CPUConfig.panel_width`).
+- ``j_tile`` (J): dense columns per tile.
+- ``loop_order`` (omega): the order of (i1, k1, j1, i0, k0, j0), outermost first,
+  one of :data:`PANEL_ORDERS` (column panels) or :data:`CSR_ORDERS` (plain CSR,
+  where k1 has one iteration and orders that differ only in where k1 sits are
+  the same program, so one representative of each is kept).
+- CPU-only knobs: ``vector`` (SIMD width of the innermost dense loop, 1 when the
+  innermost loop is the sparse one), ``unroll`` (unroll the J / vector chunks of
+  a dense tile), ``parallel`` (run row tiles on all cores) and ``chunk`` (0:
+  contiguous row-tile ranges per thread; c > 0: threads take chunks of c row
+  tiles round-robin, which balances skewed row lengths).
+
+Every config is valid for every dense width: the dense tile is clipped to the
+width rounded up to the vector width, and the dense operands are zero-padded to
+a multiple of the clipped tile (:meth:`CPUConfig.dense_tile`,
+:meth:`CPUConfig.padded_width`); zero columns change neither SpMM's kept
+columns nor SDDMM's dot products. Validity depends on the config alone.
+
+This module imports neither torch nor TVM.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InvalidConfigError
+from ..ops import Op
+from .base import Config, SharedCoords, Space
+
+# Column panels beyond this count are merged (wider panels), bounding the
+# panel-major row pointers at MAX_PANELS * (rows + 1) entries.
+MAX_PANELS = 32
+
+I_TILES = (1, 8, 64)
+K_PANELS = (0, 2048, 16384)  # 0 = plain CSR
+J_TILES = (16, 32, 64, 128)
+VECTORS = (8, 16)            # float32 lanes: AVX2 ymm, AVX-512 zmm
+CHUNKS = (0, 4)              # 0 = contiguous ranges; 4 = round-robin chunks of 4 row tiles
+
+# Loop orders over (i1, k1, j1, i0, k0, j0), outermost first. All keep i1 < i0 < k0,
+# k1 < k0 (the nonzeros of row i in panel k1) and j1 < j0.
+PANEL_ORDERS: tuple[tuple[str, ...], ...] = (
+    ("i1", "i0", "k1", "j1", "k0", "j0"),  # row by row; per panel and dense tile, a register accumulator
+    ("i1", "i0", "j1", "k1", "k0", "j0"),  # the dense tile's accumulator spans all panels
+    ("i1", "k1", "i0", "j1", "k0", "j0"),  # panel-blocked inside a row tile
+    ("k1", "i1", "i0", "j1", "k0", "j0"),  # panels outermost: one panel of B shared by all rows
+    ("j1", "i1", "i0", "k1", "k0", "j0"),  # dense tile outermost: one sweep over A per tile
+    ("i1", "j1", "i0", "k1", "k0", "j0"),  # dense tile between the row-tile loops
+    ("i1", "i0", "k1", "k0", "j1", "j0"),  # nonzero-major: each nonzero updates a whole dense row
+    ("i1", "i0", "k1", "j1", "j0", "k0"),  # sparse loop innermost (scalar)
+)
+# With one panel, orders 1-3 are the same program as order 0 (k1 has one
+# iteration); the rest stay distinct.
+CSR_ORDERS: tuple[tuple[str, ...], ...] = tuple(PANEL_ORDERS[n] for n in (0, 4, 5, 6, 7))
+
+
+def _vectorizable(order: tuple[str, ...]) -> bool:
+    return order[-1] == "j0"
+
+
+@dataclass(frozen=True)
+class CPUConfig(Config):
+    """One point of the CPU space (see the module docstring for each field)."""
+
+    i_tile: int
+    k_panel: int
+    j_tile: int
+    loop_order: tuple[str, ...]
+    vector: int
+    unroll: bool
+    parallel: bool
+    chunk: int
+
+    def panel_width(self, cols: int) -> int:
+        """Column-panel width used on a matrix with `cols` columns (cols = one panel)."""
+        cols = max(1, int(cols))
+        if self.k_panel == 0:
+            return cols
+        return min(cols, max(self.k_panel, -(-cols // MAX_PANELS)))
+
+    def dense_tile(self, feat: int) -> int:
+        """J actually used for dense width `feat`: clipped to feat rounded up to the vector width."""
+        lanes = max(1, self.vector)
+        return min(self.j_tile, -(-int(feat) // lanes) * lanes)
+
+    def padded_width(self, feat: int) -> int:
+        """Width the dense operands are zero-padded to: a multiple of `dense_tile(feat)`."""
+        tile = self.dense_tile(feat)
+        return -(-int(feat) // tile) * tile
+
+
+class CPUSpace(Space):
+    """The CPU space of one op; the same configs serve SpMM and SDDMM."""
+
+    platform = "cpu"
+    config_type = CPUConfig
+    knob_names = ("log2_vector", "unroll", "parallel", "chunk")
+
+    def __init__(self, op: str | Op):
+        super().__init__(op)
+        self._configs: list[CPUConfig] | None = None
+
+    def configs(self) -> list[CPUConfig]:
+        if self._configs is None:
+            self._configs = list(_enumerate())
+        return list(self._configs)
+
+    def baseline(self) -> CPUConfig:
+        """Row-parallel plain CSR: each row's nonzeros update its whole (vectorized) output row.
+
+        The textbook CSR kernel (what a hand-written OpenMP SpMM does), with the
+        widest vector and dense tile: one row per parallel iteration, no panels.
+        """
+        return CPUConfig(i_tile=1, k_panel=0, j_tile=128, loop_order=PANEL_ORDERS[6], vector=16,
+                         unroll=False, parallel=True, chunk=0)
+
+    def check(self, config: CPUConfig) -> None:
+        if not isinstance(config, CPUConfig):
+            raise InvalidConfigError(f"{self!r} takes a CPUConfig, got {type(config).__name__}")
+        order = tuple(config.loop_order)
+        rules = [
+            (config.i_tile in I_TILES, f"i_tile {config.i_tile} not in {I_TILES}"),
+            (config.k_panel in K_PANELS, f"k_panel {config.k_panel} not in {K_PANELS}"),
+            (config.j_tile in J_TILES, f"j_tile {config.j_tile} not in {J_TILES}"),
+            (order in (CSR_ORDERS if config.k_panel == 0 else PANEL_ORDERS),
+             f"loop order {order} is not one of the "
+             f"{'plain-CSR' if config.k_panel == 0 else 'column-panel'} orders"),
+            (config.vector in (VECTORS if _vectorizable(order) else (1,)),
+             f"vector {config.vector} must be in {VECTORS} when j0 is innermost, else 1 "
+             f"(loop order {order})"),
+            (not config.unroll or config.j_tile > config.vector > 1,
+             f"unroll needs more than one vector per dense tile (j_tile {config.j_tile}, "
+             f"vector {config.vector})"),
+            (config.chunk in (CHUNKS if config.parallel else (0,)),
+             f"chunk {config.chunk} must be in {CHUNKS} with parallel, else 0"),
+        ]
+        for ok, message in rules:
+            if not ok:
+                raise InvalidConfigError(f"invalid CPU config {config.to_json()}: {message}")
+
+    def shared_coords(self, config: CPUConfig, *, rows: int, cols: int, feat: int) -> SharedCoords:
+        """The identity on the shared part: log2 of the tile sizes used and the loop order."""
+        return SharedCoords(log2_i=math.log2(config.i_tile),
+                            log2_k=math.log2(config.panel_width(cols)),
+                            log2_j=math.log2(config.dense_tile(feat)),
+                            loop_order=tuple(config.loop_order))
+
+    def platform_knobs(self, config: CPUConfig) -> np.ndarray:
+        return np.array([math.log2(config.vector), float(config.unroll), float(config.parallel),
+                         float(config.chunk)], dtype=np.float32)
+
+
+def _enumerate():
+    """Every valid config in a fixed order."""
+    parallel_options = [(False, 0)] + [(True, c) for c in CHUNKS]
+    for k_panel in K_PANELS:
+        orders = CSR_ORDERS if k_panel == 0 else PANEL_ORDERS
+        for i_tile, j_tile, order in itertools.product(I_TILES, J_TILES, orders):
+            if _vectorizable(order):
+                knobs = [(v, u) for v in VECTORS for u in (False, True) if not u or j_tile > v]
+            else:
+                knobs = [(1, False)]
+            for (vector, unroll), (parallel, chunk) in itertools.product(knobs, parallel_options):
+                yield CPUConfig(i_tile=i_tile, k_panel=k_panel, j_tile=j_tile, loop_order=order,
+                                vector=vector, unroll=unroll, parallel=parallel, chunk=chunk)
+
