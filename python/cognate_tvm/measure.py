@@ -72,13 +72,17 @@ def run(args: argparse.Namespace) -> dict:
             batch = configs[start:start + BATCH]
             results += backend.measure(op, matrix, batch, args.feat, check=args.check, seed=args.seed)
             bar.update(len(batch))
-    vendor = None
-    if args.vendor:
-        library = backend.vendor()
-        if library is None:
-            raise ValueError(f"no vendor library is available for target {args.target!r} here")
-        vendor = {"name": library.name, "time_ms": library.time_ms(op, matrix, args.feat, seed=args.seed)}
+    vendor = vendor_report(backend, op, matrix, args.feat, args.seed) if args.vendor else None
     return build_report(args, matrix, results, vendor)
+
+
+def vendor_report(backend, op, matrix, feat: int, seed: int) -> dict:
+    """{"name", "method", "time_ms"} of the target's vendor library on `matrix`."""
+    library = backend.vendor()
+    if library is None:
+        raise ValueError(f"no vendor library is available for target {backend.target!r} here")
+    return {"name": library.name, "method": library.method(op),
+            "time_ms": library.time_ms(op, matrix, feat, seed=seed)}
 
 
 def build_report(args, matrix, results, vendor) -> dict:
@@ -109,7 +113,7 @@ def format_table(report: dict) -> str:
         lines.append(f"{time}  {ratio}  {check:>5}  {json.dumps(r['config'], sort_keys=True)}{note}")
     if "vendor" in report:
         v = report["vendor"]
-        lines.append(f"vendor {v['name']}: {v['time_ms']:.4f} ms")
+        lines.append(f"vendor {v['name']} ({v['method']}): {v['time_ms']:.4f} ms")
     ok = [r["time_ms"] for r in rows if r["time_ms"] is not None]
     if ok and base:
         lines.append(f"baseline {base:.4f} ms, best {min(ok):.4f} ms ({base / min(ok):.2f}x), "

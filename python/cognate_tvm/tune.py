@@ -40,7 +40,7 @@ from . import backends, space
 from .backends.base import Backend, MeasureResult
 from .errors import CognateError, ModelVersionError
 from .matrix import load_matrix
-from .measure import BATCH, EXAMPLE_MATRIX, backend_options
+from .measure import BATCH, EXAMPLE_MATRIX, backend_options, vendor_report
 from .ops import OPS, Op, get_op
 
 log = logging.getLogger(__name__)
@@ -220,12 +220,7 @@ def run(args: argparse.Namespace) -> tuple[dict, TuneResult]:
             if tuned.model is None:
                 raise ValueError(f"no model was fitted, nothing to save to {args.save_model}: {tuned.notes[-1]}")
             tuned.model.save(args.save_model)
-    vendor = None
-    if args.vendor:
-        library = backend.vendor()
-        if library is None:
-            raise ValueError(f"no vendor library is available for target {args.target!r} here")
-        vendor = {"name": library.name, "time_ms": library.time_ms(op, matrix, args.feat, seed=args.seed)}
+    vendor = vendor_report(backend, op, matrix, args.feat, args.seed) if args.vendor else None
     return build_report(args, matrix, tuned, vendor), tuned
 
 
@@ -283,7 +278,7 @@ def format_summary(report: dict) -> str:
     if "vendor" in report:
         v = report["vendor"]
         speed = f", speedup over it: {v['speedup_vs_vendor']:.2f}x" if v["speedup_vs_vendor"] else ""
-        lines.append(f"vendor {v['name']}: {v['time_ms']:.4f} ms{speed}")
+        lines.append(f"vendor {v['name']} ({v['method']}): {v['time_ms']:.4f} ms{speed}")
     lines.append(f"target measurements: {report['samples_measured']} ({report['failed']} failed)")
     for r in report["measured"]:
         if r["error"]:

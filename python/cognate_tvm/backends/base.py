@@ -75,6 +75,10 @@ class VendorLibrary(ABC):
     def time_ms(self, op: Op, matrix: sp.csr_matrix, feat: int, *, seed: int = 0) -> float:
         """Median time of one call of `op` on `matrix` with width `feat`, in ms."""
 
+    def method(self, op: Op | str) -> str:
+        """The routine timed for `op` (a library without one for an op names its stand-in)."""
+        return self.name
+
 
 def median_time_ms(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 7,
                    min_seconds: float = 0.0) -> float:
