@@ -9,10 +9,11 @@ import pytest
 import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
+from cognate_tvm.data import matrix_hash
 
 from cognate_tvm.matrix import as_csr, generate
 from cognate_tvm.model.config import FeaturizerConfig
-from cognate_tvm.model.featurizer import (SparseConvFeaturizer, matrix_hash, pattern_of, resolve_backend,
+from cognate_tvm.model.featurizer import (SparseConvFeaturizer, pattern_of, resolve_backend,
                                           torchsparse_usable)
 
 torch.set_num_threads(1)  # small ops: one thread is faster on a shared 2-core machine

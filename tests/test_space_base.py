@@ -1,4 +1,3 @@
-import numpy as np
 import pytest
 
 from cognate_tvm.errors import InvalidConfigError, UnknownKindError

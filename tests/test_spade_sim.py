@@ -198,3 +198,86 @@ def test_backend_is_picklable():
     backend = backends.create("spade", workers=1, sampling=1)
     clone = pickle.loads(pickle.dumps(backend))
     assert clone.hardware == backend.hardware and clone.sampling == 1
+
+
+TINY_HW = dict(clock_ghz=1.0, vector_width=4, l2_bytes=64, l2_assoc=4, llc_bytes=128, llc_assoc=8,
+               line_bytes=16, dram_gbps=1e6, dram_latency_ns=10.0, l2_latency_cycles=2.0,
+               llc_latency_cycles=4.0, mlp=1, stream_mlp=1, barrier_cycles=100.0, tile_cycles=5.0,
+               row_cycles=1.0, nnz_cycles=1.0)
+
+
+def test_tiny_barrier_case_matches_hand_computation():
+    """Barrier: static row-panel owners, output rows held on chip across column panels.
+
+    A = [[1, 1], [0, 1]], N = 4, 2 PEs on 2 cores, row panel 1, column panel 1 (two phases).
+    Row panel r is owned by PE r mod 2 in every phase; each core may hold
+    0.5 x 4 blocks = 2 blocks of output, so C[0] (PE 0) and C[1] (PE 1) are pinned
+    and each core's LRU keeps 3 blocks. Costs as in the tiny case above: L2 hit 2,
+    LLC hit 6, DRAM 16 per line; streamed bytes 0.625 each; a tile's stream start 10.
+    Phase 0 (column 0): only PE 0 has a tile (row 0): dispatch 5; compute 1 row + 1 nnz x 2 = 3;
+      memory 10 + 8 B pointers (5) + C[0] first write (pinned: no fetch) + B[0] DRAM 16
+      + 8 B of A (5) = 36; PE 0 ends at 5 + 36 = 41; barrier 100.
+    Phase 1 (column 1): PE 0 runs first in the round: row 0, C[0] pinned -> L2 hit 2,
+      B[1] DRAM 16: memory 15 + 2 + 16 + 5 = 38, ends at 43. PE 1: row 1, C[1] first
+      write, B[1] now in the LLC (6): memory 15 + 6 + 5 = 26, ends at 31. Critical: PE 0.
+    Cycles: (3 + 33 + 105) + (3 + 35 + 105) = 284.
+    DRAM: pointers 3 x 8 + A 3 x 8 + B 2 x 16 + C written back once 2 x 16 = 112 bytes;
+    without the pinning C[0] would come back through the caches in phase 1.
+    """
+    hw = HardwareParams(pes=2, pes_per_core=1, l2_output_share=0.5, **TINY_HW)
+    matrix = sp.csr_matrix(np.array([[1.0, 1.0], [0.0, 1.0]]))
+    (r,) = simulate(matrix, "spmm", 4, [cfg(rp=1, cp=1, barrier=True)], hardware=hw, sampling=1)
+    assert r.error is None and r.cycles == 284.0
+    b = r.breakdown
+    assert (b["compute"], b["memory_stall"], b["sync"]) == (6.0, 68.0, 210.0)
+    assert b["dram_bytes"] == 112.0 and b["phases"] == 2
+    # L2: three B misses and one pinned C hit; LLC: one of the three B lookups hits.
+    assert b["l2_hit_rate"] == pytest.approx(1 / 4) and b["llc_hit_rate"] == pytest.approx(1 / 3)
+
+
+def test_barrier_keeps_output_on_chip():
+    """With barrier, owned output rows stay on chip: C costs one write-back however many column panels."""
+    rng = np.random.default_rng(11)
+    rows, cols = 3000, 16384  # 8 column panels of 2048
+    matrix = sp.random_array((rows, cols), density=64 / cols, rng=rng, format="csr")
+    feat = 128
+    # Caches too small to keep 1.5 MB of C plus the B rows a phase gathers (128 KiB per core, 2 MiB LLC).
+    small_llc = dict(l2_bytes=128 << 10, llc_bytes=2 << 20)
+    config = [cfg(rp=4, cp=2048, barrier=True)]
+    pinned = simulate(matrix, "spmm", feat, config, hardware=HardwareParams(**small_llc), sampling=1)[0]
+    spilled = simulate(matrix, "spmm", feat, config,
+                       hardware=HardwareParams(l2_output_share=0.0, **small_llc), sampling=1)[0]
+    c_bytes = rows * feat * 4
+    # Lower bound without C reuse: A, row pointers, every distinct B row once, C once.
+    touched_b = np.unique(matrix.indices).size * feat * 4
+    assert pinned.breakdown["dram_bytes"] >= matrix.nnz * 8 + touched_b + c_bytes
+    # Spilled partial sums come back (read + write-back) in most of the later column panels.
+    assert spilled.breakdown["dram_bytes"] > pinned.breakdown["dram_bytes"] + 4 * 2 * c_bytes
+    assert spilled.cycles > pinned.cycles
+    # Bypass streams C instead: its partial sums go to DRAM and back once per column panel.
+    bypassed = simulate(matrix, "spmm", feat, [cfg(rp=4, cp=2048, barrier=True, bypass=True)],
+                        hardware=HardwareParams(**small_llc), sampling=1)[0]
+    assert bypassed.breakdown["dram_bytes"] >= pinned.breakdown["dram_bytes"] + 7 * 2 * c_bytes * 0.99
+
+
+def test_barrier_assigns_row_panels_statically():
+    """Under barrier a hot row panel always lands on the same PE: no work stealing within a phase."""
+    # Row panel 0 (rows 0-3) is dense, the rest nearly empty: with static owners PE 0 does all of
+    # panel 0's work in every phase, so the critical path is PE 0's and the imbalance is large.
+    dense = np.zeros((900, 8192))
+    dense[:4, :] = 1.0
+    dense[np.arange(4, 900), np.arange(4, 900) * 9 % 8192] = 1.0
+    matrix = sp.csr_matrix(dense)
+    hw = HardwareParams(dram_gbps=1e5)
+    barrier, free = simulate(matrix, "spmm", 64, [cfg(rp=4, cp=2048, barrier=True), cfg(rp=4, cp=2048)],
+                             hardware=hw, sampling=1)
+    assert barrier.breakdown["phases"] == 4 and free.breakdown["phases"] == 1
+    assert barrier.breakdown["imbalance"] > 20
+
+
+def test_output_share_is_validated():
+    with pytest.raises(InvalidConfigError, match="l2_output_share"):
+        HardwareParams(l2_output_share=1.5)
+    with pytest.raises(ValueError, match="l2_output_share"):
+        _spade.simulate(np.array([0, 0], np.int32), np.array([], np.int32), 1, 1, "spmm", 8,
+                        [(1, 1, 1, True, False)], {"l2_output_share": -0.1})

@@ -121,22 +121,27 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m cognate_tvm.measure", description=__doc__.split("\n")[0])
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments shared by the measure and tune CLIs: what to run, where, and how to report."""
     parser.add_argument("op", choices=sorted(OPS))
     parser.add_argument("--target", default="llvm", choices=backends.TARGETS)
     parser.add_argument("--matrix", type=Path, default=EXAMPLE_MATRIX,
                         help=".mtx, .npz or edge list (default: the bundled example)")
     parser.add_argument("--feat", type=int, default=128, help="dense width N (default 128)")
-    parser.add_argument("--configs", default="sample:16", help="all | baseline | sample:N (default sample:16)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--check", action="store_true", help="compare each output with scipy")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the config sample and the dense inputs")
     parser.add_argument("--vendor", action="store_true", help="also time the vendor library")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--arch", default=None, help="GPU architecture for --target cuda (sm_80, sm_90)")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m cognate_tvm.measure", description=__doc__.split("\n")[0])
+    add_common_arguments(parser)
+    parser.add_argument("--configs", default="sample:16", help="all | baseline | sample:N (default sample:16)")
+    parser.add_argument("--check", action="store_true", help="compare each output with scipy")
     parser.add_argument("--compile-only", action="store_true",
                         help="--target cuda: build and compile to PTX, do not run")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
 

@@ -17,7 +17,7 @@ from .matrix import as_csr
 from .ops import Op, get_op
 
 # Version of the model's equations; bumped whenever a change alters cycles.
-MODEL_VERSION = 1
+MODEL_VERSION = 2
 # Largest block-sampling factor of the cache models used by default (1 = exact).
 DEFAULT_SAMPLING = 8
 
@@ -32,6 +32,7 @@ class HardwareParams:
     vector_width: int = 16
     l2_bytes: int = 1 << 20
     l2_assoc: int = 16
+    l2_output_share: float = 0.5
     llc_bytes: int = 32 << 20
     llc_assoc: int = 16
     line_bytes: int = 64
@@ -56,6 +57,8 @@ class HardwareParams:
             if value < 0 or (f.name in positive and value <= 0):
                 raise InvalidConfigError(f"hardware parameter {f.name}={value!r} must be "
                                          f"{'> 0' if f.name in positive else '>= 0'}")
+        if self.l2_output_share > 1:
+            raise InvalidConfigError(f"hardware parameter l2_output_share={self.l2_output_share} must be <= 1")
         if self.line_bytes < 4:
             raise InvalidConfigError(f"hardware parameter line_bytes={self.line_bytes} must be >= 4")
         for name in ("l2_bytes", "llc_bytes"):

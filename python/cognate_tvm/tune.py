@@ -40,8 +40,8 @@ from . import backends, space
 from .backends.base import Backend, MeasureResult
 from .errors import CognateError, ModelVersionError
 from .matrix import load_matrix
-from .measure import BATCH, EXAMPLE_MATRIX, backend_options, vendor_report
-from .ops import OPS, Op, get_op
+from .measure import BATCH, add_common_arguments, backend_options, vendor_report
+from .ops import Op, get_op
 
 log = logging.getLogger(__name__)
 
@@ -291,11 +291,7 @@ def format_summary(report: dict) -> str:
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m cognate_tvm.tune", description=__doc__.split("\n")[0])
-    parser.add_argument("op", choices=sorted(OPS))
-    parser.add_argument("--target", default="llvm", choices=backends.TARGETS)
-    parser.add_argument("--matrix", type=Path, default=EXAMPLE_MATRIX,
-                        help=".mtx, .npz or edge list (default: the bundled example)")
-    parser.add_argument("--feat", type=int, default=128, help="dense width N (default 128)")
+    add_common_arguments(parser)
     parser.add_argument("--model", type=Path, default=None,
                         help="a saved cost model: rank the whole space with it (default: few-shot tuning)")
     parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
@@ -303,12 +299,7 @@ def make_parser() -> argparse.ArgumentParser:
                              f"(default {DEFAULT_BUDGET})")
     parser.add_argument("--top-k", type=int, default=DEFAULT_TOP_K,
                         help=f"configs measured from the model's ranking (default {DEFAULT_TOP_K})")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the sample, the model and the dense inputs")
     parser.add_argument("--save-model", type=Path, default=None, help="few-shot: save the fitted model here")
-    parser.add_argument("--vendor", action="store_true", help="also time the vendor library")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.add_argument("--arch", default=None, help="GPU architecture for --target cuda (sm_80, sm_90)")
     parser.set_defaults(compile_only=False)  # read by measure.backend_options; tuning needs real runs
     return parser
 

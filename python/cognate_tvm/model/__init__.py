@@ -1,7 +1,8 @@
 """The COGNATE cost model: featurizer, knob encoders, predictor, and the trainable model."""
 from .cognate import FORMAT_VERSION, CognateCostModel, RankingModel
 from .config import FeaturizerConfig, LatentConfig, ModelConfig, PredictorConfig, TrainConfig
-from .featurizer import SparseConvFeaturizer, SparsePattern, matrix_hash, pattern_of
+from ..data import matrix_hash
+from .featurizer import SparseConvFeaturizer, SparsePattern, pattern_of
 from .latent import LatentAutoencoder, NoKnobs, PaddedKnobs, ReconstructionReport, create_encoder
 from .predictor import ConfigEmbedding, CostPredictor, ScoreHead
 

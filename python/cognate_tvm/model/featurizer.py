@@ -42,7 +42,6 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
-from ..data import matrix_hash  # noqa: F401  (re-exported: the embedding cache key)
 from ..errors import UnknownKindError
 from .config import FeaturizerConfig
 

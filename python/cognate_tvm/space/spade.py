@@ -1,12 +1,15 @@
 """The SPADE space: row panel x column panel x dense split x barrier x bypass (256 configs).
 
 A SPADE tile instruction covers `row_panel` rows of A by `col_panel` columns;
-row panels are handed to PEs dynamically. `split` runs the kernel in that many
-passes over A, each over N / split dense columns. `barrier` makes all PEs
-finish column panel c before any starts c + 1 (they then share that panel's
-dense rows in the LLC); `bypass` streams the gathered dense operand from DRAM
-without allocating it in the caches. docs/spade_model.md explains how the
-simulator models each knob and why these values were chosen.
+without barrier, row panels are handed to PEs dynamically. `split` runs the
+kernel in that many passes over A, each over N / split dense columns.
+`barrier` makes all PEs finish column panel c before any starts c + 1 (they
+then share that panel's dense rows in the LLC) with row panels statically owned
+by PEs, so each PE keeps its output tiles on chip across column panels;
+`bypass` streams the row-indexed dense operand (SpMM: the output C, SDDMM: X)
+to and from DRAM without allocating it in the caches, leaving them to the
+gathered operand. docs/spade_model.md explains how the simulator models each
+knob and why these values were chosen.
 """
 from __future__ import annotations
 
