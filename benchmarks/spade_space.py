@@ -3,14 +3,17 @@
 On a generated corpus (all families), simulates all 256 SPADE configs per
 matrix and reports: the oracle (best of 256) over the baseline config as a
 geomean (the COGNATE paper's SPADE space gave 1.55x), how often each config is
-the best (a good space has no config that wins everywhere), a PNG of both
-distributions, and the time the model takes for all 256 configs of a
-1M-nonzero SpMM.
+the best (a good space has no config that wins everywhere), the best single
+config for the whole corpus and its geomean gap to the per-matrix oracle (what
+a per-matrix cost model can add over choosing once), on how many matrices
+barrier, bypass and split help, a PNG of these distributions, and the time the
+model takes for all 256 configs of a 1M-nonzero SpMM.
 
     python benchmarks/spade_space.py --out benchmarks/results/spade_space
 
 Per-matrix results are saved as JSON under OUT/matrices/; a rerun skips the
-matrices already done (delete them to recompute).
+matrices already done with the same model version, op, width and sampling
+(delete them to recompute).
 """
 from __future__ import annotations
 
@@ -43,15 +46,20 @@ def simulate_corpus(args: argparse.Namespace, out: Path) -> list[dict]:
     for entry in tqdm(entries, desc="matrices"):
         path = folder / f"{entry.name}.json"
         if path.exists():
-            records.append(json.loads(path.read_text()))
-            continue
+            record = json.loads(path.read_text())
+            if (record.get("model_version") == simulator.MODEL_VERSION and record.get("feat") == args.feat
+                    and record.get("op") == args.op and record.get("sampling") == args.sampling):
+                records.append(record)
+                continue
+            logger.info("%s: cached result is from another model version or setting; recomputing", entry.name)
         matrix = entry.build()
         start = time.perf_counter()
         sims = simulator.simulate(matrix, args.op, args.feat, configs, threads=args.workers,
                                   sampling=args.sampling)
         record = {"name": entry.name, "family": entry.family, "permuted": entry.permuted,
                   "rows": matrix.shape[0], "cols": matrix.shape[1], "nnz": int(matrix.nnz),
-                  "feat": args.feat, "op": args.op, "seconds": time.perf_counter() - start,
+                  "feat": args.feat, "op": args.op, "model_version": simulator.MODEL_VERSION,
+                  "sampling": args.sampling, "seconds": time.perf_counter() - start,
                   "cycles": [s.cycles for s in sims], "errors": [s.error for s in sims]}
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record))
@@ -72,6 +80,20 @@ def summarize(records: list[dict], op: str) -> dict:
         winners[best] += 1
         families.setdefault(rec["family"], []).append(cycles[base] / cycles[best])
     geo = float(math.exp(np.mean(np.log(speedups))))
+    # The best single config for the whole corpus (lowest geomean slowdown to
+    # the per-matrix oracle): how much a per-matrix choice adds over choosing once.
+    table = np.array([[c if c is not None else np.inf for c in rec["cycles"]] for rec in records])
+    log_gap = np.log(table / table.min(axis=1, keepdims=True))
+    fixed = int(np.argmin(log_gap.mean(axis=0)))
+    fixed_gap = float(math.exp(log_gap[:, fixed].mean()))
+    fixed_over_baseline = float(math.exp(np.mean(np.log(table[:, base] / table[:, fixed]))))
+    # Per binary knob: on how many matrices the best config with the knob on beats the best with it off.
+    knob_helps = {}
+    for name in ("barrier", "bypass"):
+        on = np.array([getattr(c, name) for c in configs])
+        knob_helps[name] = int(np.sum(table[:, on].min(axis=1) < table[:, ~on].min(axis=1)))
+    split_on = np.array([c.split > 1 for c in configs])
+    knob_helps["split>1"] = int(np.sum(table[:, split_on].min(axis=1) < table[:, ~split_on].min(axis=1)))
     top_share = max(winners.values()) / len(records)
     knob_wins = {}
     for name in ("row_panel", "col_panel", "split", "barrier", "bypass"):
@@ -84,13 +106,23 @@ def summarize(records: list[dict], op: str) -> dict:
         "baseline": space.baseline().to_dict(),
         "oracle_over_baseline_geomean": geo,
         "oracle_over_baseline_by_family": {f: float(math.exp(np.mean(np.log(v)))) for f, v in sorted(families.items())},
+        "best_fixed_config": configs[fixed].to_dict(),
+        "best_fixed_gap_to_oracle_geomean": fixed_gap,
+        "best_fixed_over_baseline_geomean": fixed_over_baseline,
+        "matrices_where_best_fixed_is_within_1pct_of_oracle": int(np.sum(log_gap[:, fixed] < math.log(1.01))),
+        "best_fixed_gap_by_family": {
+            f: float(math.exp(np.mean([log_gap[n, fixed] for n, r in enumerate(records) if r["family"] == f])))
+            for f in sorted(families)},
+        "matrices_where_knob_helps": knob_helps,
         "distinct_winning_configs": len(winners),
         "most_frequent_winner": configs[winners.most_common(1)[0][0]].to_dict(),
         "most_frequent_winner_share": top_share,
         "wins_by_knob_value": knob_wins,
         "wins_by_config": {configs[i].to_json(): n for i, n in winners.most_common()},
-        "goals": {"oracle_geomean>=1.3": geo >= 1.3, "no_config_wins_more_than_a_third": top_share <= 1 / 3},
-        "_speedups": speedups, "_winners": winners,
+        "goals": {"oracle_geomean>=1.3": geo >= 1.3, "no_config_wins_more_than_a_third": top_share <= 1 / 3,
+                  "best_fixed_gap>=1.15": fixed_gap >= 1.15,
+                  "barrier_bypass_split_each_win_somewhere": all(v > 0 for v in knob_helps.values())},
+        "_speedups": speedups, "_winners": winners, "_fixed_gaps": np.exp(log_gap[:, fixed]).tolist(),
     }
 
 
@@ -99,7 +131,7 @@ def plot(summary: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5))
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(19, 4.8))
     wins = summary["wins_by_config"]
     labels = [
         "rp{row_panel} cp{col_panel} s{split}{b}{y}".format(
@@ -118,6 +150,18 @@ def plot(summary: dict, path: Path) -> None:
     ax2.set_ylabel("matrices")
     ax2.set_title("Speed-up of the best config over the baseline")
     ax2.legend()
+    fixed = summary["best_fixed_config"]
+    ax3.hist(summary["_fixed_gaps"], bins=20, color="tab:orange")
+    ax3.axvline(summary["best_fixed_gap_to_oracle_geomean"], color="r", lw=1,
+                label=f"geomean {summary['best_fixed_gap_to_oracle_geomean']:.2f}x")
+    ax3.set_xlabel("best fixed config / oracle")
+    ax3.set_ylabel("matrices")
+    helps = ", ".join(f"{k} {v}" for k, v in summary["matrices_where_knob_helps"].items())
+    ax3.set_title("Best fixed config (rp{row_panel} cp{col_panel} s{split}{b}{y}) vs oracle\n"
+                  "matrices where the knob helps: {helps}".format(
+                      **fixed, b=" B" if fixed["barrier"] else "", y=" Y" if fixed["bypass"] else "", helps=helps),
+                  fontsize=9)
+    ax3.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -142,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--count", type=int, default=56, help="matrices (cycled over all families)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--min-rows", type=int, default=1000)
-    parser.add_argument("--max-rows", type=int, default=100_000)
+    parser.add_argument("--max-rows", type=int, default=300_000)
     parser.add_argument("--op", choices=("spmm", "sddmm"), default="spmm")
     parser.add_argument("--feat", type=int, default=128)
     parser.add_argument("--workers", type=int, default=2)
@@ -166,6 +210,10 @@ def main(argv: list[str] | None = None) -> dict:
                 public["most_frequent_winner"], 100 * public["most_frequent_winner_share"],
                 public["distinct_winning_configs"])
     logger.info("wins by knob value: %s", public["wins_by_knob_value"])
+    logger.info("best fixed config %s: %.3fx from the oracle (geomean), %.3fx over the baseline; "
+                "matrices where the knob helps: %s", public["best_fixed_config"],
+                public["best_fixed_gap_to_oracle_geomean"], public["best_fixed_over_baseline_geomean"],
+                public["matrices_where_knob_helps"])
     if "speed" in public:
         logger.info("speed: %d configs of a %d-nnz SpMM in %.2f s (%d threads)", public["speed"]["configs"],
                     public["speed"]["nnz"], public["speed"]["seconds"], public["speed"]["threads"])

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from cognate_tvm import backends, space, tune
+from cognate_tvm import backends, measure, space, tune
 from cognate_tvm.backends.base import MeasureResult
 from cognate_tvm.backends.spade import SpadeBackend
 from cognate_tvm.matrix import generate, load_matrix, save_matrix
@@ -228,5 +228,5 @@ def test_few_shot_sample_rules():
 
 def test_default_is_the_bundled_matrix_on_llvm():
     args = tune.make_parser().parse_args(["spmm"])
-    assert args.matrix == tune.EXAMPLE_MATRIX and args.target == "llvm" and args.model is None
+    assert args.matrix == measure.EXAMPLE_MATRIX and args.target == "llvm" and args.model is None
     assert args.budget == tune.DEFAULT_BUDGET and args.top_k == tune.DEFAULT_TOP_K

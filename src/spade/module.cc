@@ -53,7 +53,7 @@ void set_field(const py::dict& params, const char* name, T& field) {
 Hardware hardware_from_dict(const py::dict& params) {
   Hardware hw;
   static const char* known[] = {
-      "pes", "pes_per_core", "clock_ghz", "vector_width", "l2_bytes", "l2_assoc", "llc_bytes",
+      "pes", "pes_per_core", "clock_ghz", "vector_width", "l2_bytes", "l2_assoc", "l2_output_share", "llc_bytes",
       "llc_assoc", "line_bytes", "dram_gbps", "dram_latency_ns", "l2_latency_cycles",
       "llc_latency_cycles", "mlp", "stream_mlp", "barrier_cycles", "tile_cycles", "row_cycles",
       "nnz_cycles"};
@@ -69,6 +69,7 @@ Hardware hardware_from_dict(const py::dict& params) {
   set_field(params, "vector_width", hw.vector_width);
   set_field(params, "l2_bytes", hw.l2_bytes);
   set_field(params, "l2_assoc", hw.l2_assoc);
+  set_field(params, "l2_output_share", hw.l2_output_share);
   set_field(params, "llc_bytes", hw.llc_bytes);
   set_field(params, "llc_assoc", hw.llc_assoc);
   set_field(params, "line_bytes", hw.line_bytes);
@@ -95,6 +96,7 @@ py::dict hardware_defaults() {
   d["vector_width"] = hw.vector_width;
   d["l2_bytes"] = hw.l2_bytes;
   d["l2_assoc"] = hw.l2_assoc;
+  d["l2_output_share"] = hw.l2_output_share;
   d["llc_bytes"] = hw.llc_bytes;
   d["llc_assoc"] = hw.llc_assoc;
   d["line_bytes"] = hw.line_bytes;

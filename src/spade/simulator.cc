@@ -88,9 +88,17 @@ class PassSimulator {
         sample_bits_(sample_bits(hw, block_lines_, sampling, csr.indptr[csr.rows])),
         llc_((hw.llc_bytes / hw.line_bytes / block_lines_) >> sample_bits_, hw.llc_assoc) {
     const int64_t cores = (hw.pes + hw.pes_per_core - 1) / hw.pes_per_core;
+    const int64_t l2_blocks = hw.l2_bytes / hw.line_bytes / block_lines_;
+    // With barrier, row panel r is owned by PE r mod P in every phase, which
+    // keeps its row-indexed tile (SpMM: C, SDDMM: X) on chip across the
+    // column panels, up to l2_output_share of its core's L2; what is pinned
+    // there is no longer available to the LRU-managed rest of the L2.
+    std::vector<int64_t> pinned_blocks(static_cast<size_t>(cores), 0);
+    row_state_.assign(static_cast<size_t>(csr.rows), 0);
+    if (cfg.barrier && !cfg.bypass) pin_owned_rows(l2_blocks, &pinned_blocks);
     l2_.reserve(cores);
     for (int64_t c = 0; c < cores; ++c)
-      l2_.emplace_back((hw.l2_bytes / hw.line_bytes / block_lines_) >> sample_bits_, hw.l2_assoc);
+      l2_.emplace_back((l2_blocks - pinned_blocks[static_cast<size_t>(c)]) >> sample_bits_, hw.l2_assoc);
     const double mlp = static_cast<double>(hw.mlp);
     cost_l2_hit_ = hw.l2_latency_cycles / mlp;
     cost_llc_hit_ = (hw.l2_latency_cycles + hw.llc_latency_cycles) / mlp;
@@ -100,7 +108,6 @@ class PassSimulator {
     vector_ops_ = static_cast<double>((width + hw.vector_width - 1) / hw.vector_width);
     reduce_ops_ = op == OpKind::kSDDMM ? std::ceil(std::log2(static_cast<double>(hw.vector_width))) : 0.0;
     block_bytes_ = static_cast<double>(block_lines_ * hw.line_bytes);
-    if (op == OpKind::kSpMM) touched_.assign(static_cast<size_t>(csr.rows), 0);
     pes_.resize(static_cast<size_t>(hw.pes));
   }
 
@@ -108,12 +115,18 @@ class PassSimulator {
     const TileOrder& order = cfg_.barrier ? tiles_.by_col : tiles_.by_row;
     tiles_in_order_ = order.tiles.data();
     segments_in_order_ = order.segments.data();
-    if (cfg_.barrier) {  // one phase per column panel; a task is one tile
+    if (cfg_.barrier) {  // one phase per column panel; a PE's tasks are its own row panels' tiles
+      own_ptr_.assign(static_cast<size_t>(hw_.pes) + 1, 0);
       for (int64_t c = 0; c < tiles_.col_panels; ++c) {
         const int64_t b = order.group_ptr[c], e = order.group_ptr[c + 1];
         if (b == e) continue;
-        tasks_.clear();
-        for (int64_t k = b; k < e; ++k) tasks_.push_back({k, k + 1});
+        // Counting sort of the phase's tiles by owner (row panel mod P), keeping row-panel order.
+        std::fill(own_ptr_.begin(), own_ptr_.end(), 0);
+        for (int64_t k = b; k < e; ++k) ++own_ptr_[static_cast<size_t>(owner(k)) + 1];
+        for (int64_t p = 0; p < hw_.pes; ++p) own_ptr_[p + 1] += own_ptr_[p];
+        own_tiles_.resize(static_cast<size_t>(e - b));
+        own_slot_.assign(own_ptr_.begin(), own_ptr_.end() - 1);
+        for (int64_t k = b; k < e; ++k) own_tiles_[static_cast<size_t>(own_slot_[owner(k)]++)] = k;
         run_phase();
       }
     } else {  // one phase; a task is one row panel
@@ -125,7 +138,7 @@ class PassSimulator {
     // Output rows that no nonzero touched still get written (SpMM's dense output).
     if (op_ == OpKind::kSpMM) {
       int64_t untouched = 0;
-      for (uint8_t t : touched_) untouched += t == 0;
+      for (uint8_t t : row_state_) untouched += (t & kTouched) == 0;
       totals_.dram += static_cast<double>(untouched * width_) * kValueBytes;
     }
     return totals_;
@@ -140,12 +153,37 @@ class PassSimulator {
     double sum_comp = 0, sum_stall = 0, sum_sync = 0;
     int64_t tile = 0, tile_end = 0;  // tiles left in the current task
     int64_t seg = 0, seg_end = 0;    // segments left in the current tile
+    int64_t own = 0;                 // next of its own tiles (barrier: static ownership)
   };
+  static constexpr uint8_t kTouched = 1, kPinned = 2;  // row_state_ flags
 
-  // Schedules the current task list over the PEs (dynamic: an idle PE takes
-  // the next task), ends with a barrier, and bounds the phase by DRAM bandwidth.
+  // The PE that owns a tile of the column-major order under barrier.
+  int64_t owner(int64_t tile_id) const {
+    const Segment& s = segments_in_order_[tiles_in_order_[tile_id].seg_begin];
+    return (s.row / cfg_.row_panel) % hw_.pes;
+  }
+
+  // Pins the row-indexed tiles of each core's owned row panels (in row-panel
+  // order) while they fit in l2_output_share of the core's L2.
+  void pin_owned_rows(int64_t l2_blocks, std::vector<int64_t>* pinned_blocks) {
+    const int64_t budget = static_cast<int64_t>(std::floor(static_cast<double>(l2_blocks) * hw_.l2_output_share));
+    for (int64_t r = 0; r < tiles_.row_panels; ++r) {
+      const int64_t row0 = r * cfg_.row_panel, row1 = std::min(csr_.rows, row0 + cfg_.row_panel);
+      int64_t& used = (*pinned_blocks)[static_cast<size_t>((r % hw_.pes) / hw_.pes_per_core)];
+      if (used + (row1 - row0) > budget) continue;
+      used += row1 - row0;
+      for (int64_t i = row0; i < row1; ++i) row_state_[static_cast<size_t>(i)] |= kPinned;
+    }
+  }
+
+  // Schedules the phase's tasks over the PEs (without barrier dynamic: an idle
+  // PE takes the next row panel; with barrier static: each PE runs its own
+  // tiles), ends with a barrier, and bounds the phase by DRAM bandwidth.
   void run_phase() {
-    for (Pe& pe : pes_) pe = Pe{};
+    for (size_t p = 0; p < pes_.size(); ++p) {
+      pes_[p] = Pe{};
+      if (cfg_.barrier) pes_[p].own = own_ptr_[p];
+    }
     phase_dram_ = 0;
     size_t next_task = 0;
     // Time-stepped interleaving: in each round of kSliceCycles, every busy PE
@@ -163,13 +201,22 @@ class PassSimulator {
         while (pe.clock < round_end) {
           if (pe.seg == pe.seg_end) {  // needs a new tile
             if (pe.tile == pe.tile_end) {
-              if (next_task == tasks_.size()) {
-                retired = true;
-                break;
+              if (cfg_.barrier) {  // static: the PE's own tiles of this column panel
+                if (pe.own == own_ptr_[static_cast<size_t>(p) + 1]) {
+                  retired = true;
+                  break;
+                }
+                pe.tile = own_tiles_[static_cast<size_t>(pe.own++)];
+                pe.tile_end = pe.tile + 1;
+              } else {  // dynamic: the next row panel
+                if (next_task == tasks_.size()) {
+                  retired = true;
+                  break;
+                }
+                pe.tile = tasks_[next_task].tile_begin;
+                pe.tile_end = tasks_[next_task].tile_end;
+                ++next_task;
               }
-              pe.tile = tasks_[next_task].tile_begin;
-              pe.tile_end = tasks_[next_task].tile_end;
-              ++next_task;
             }
             start_tile(pe, pe.tile++);
           }
@@ -281,31 +328,43 @@ class PassSimulator {
     const Segment& s = segments_in_order_[pe.seg++];
     const int64_t nnz = s.end - s.begin;
     const uint32_t cols = static_cast<uint32_t>(csr_.cols);
-    // The row-indexed dense operand (SpMM: the output row C[i]; SDDMM: X[i])
-    // is moved once per segment between the PE and memory. Cached, it is
-    // allocated in the core's L2 and the LLC; with bypass it is streamed to and
-    // from DRAM without allocating (non-temporal), leaving the caches to the
-    // gathered operand.
     const uint32_t row_block = cols + static_cast<uint32_t>(s.row);
-    if (op_ == OpKind::kSpMM) {
-      uint8_t& touched = touched_[static_cast<size_t>(s.row)];
-      if (!touched) {  // first write: no fetch; the block is written back once
-        touched = 1;
-        if (cfg_.bypass) {
-          pe.mem += stream(block_bytes_);
-        } else {
-          allocate(row_block, core);
-          phase_dram_ += block_bytes_;
-        }
-      } else if (cfg_.bypass) {  // partial sums of an earlier column panel: read and write again
-        pe.mem += stream(2.0 * block_bytes_);
+    uint8_t& state = row_state_[static_cast<size_t>(s.row)];
+    const bool first = (state & kTouched) == 0;
+    state |= kTouched;
+    // The row-indexed dense operand (SpMM: the output row C[i]; SDDMM: X[i])
+    // is moved once per segment between the PE and memory.
+    if (cfg_.bypass) {
+      // Streamed to and from DRAM without allocating (non-temporal), leaving
+      // the caches to the gathered operand. SpMM: the first write is L lines,
+      // a later segment (another column panel) reads and writes again (2L).
+      const bool read_back = op_ == OpKind::kSpMM && !first;
+      pe.mem += stream((read_back ? 2.0 : 1.0) * block_bytes_);
+    } else if (state & kPinned) {
+      // Owned and held on chip (barrier): the first touch allocates (SpMM: no
+      // fetch, one write-back at the end) or fetches (SDDMM's X), later
+      // column panels hit in the core's L2.
+      const double lines = static_cast<double>(block_lines_);
+      if (first && op_ == OpKind::kSDDMM) {  // compulsory miss
+        totals_.l2_lookups += lines;
+        totals_.llc_lookups += lines;
+        pe.mem += lines * cost_dram_;
+        phase_dram_ += block_bytes_;
+      } else if (first) {  // SpMM's first write: allocated, written back once
+        phase_dram_ += block_bytes_;
       } else {
-        pe.mem += cached(row_block, core, 1, true);
+        totals_.l2_lookups += lines;
+        totals_.l2_hits += lines;
+        pe.mem += lines * cost_l2_hit_;
       }
-    } else if (cfg_.bypass) {
-      pe.mem += stream(block_bytes_);
+    } else if (op_ == OpKind::kSpMM && first) {
+      // First write: no fetch; allocated in the core's L2 and the LLC, written back once.
+      allocate(row_block, core);
+      phase_dram_ += block_bytes_;
     } else {
-      pe.mem += cached(row_block, core, 1, false);
+      // SpMM: partial sums of an earlier column panel, wherever they are now
+      // (an LLC miss also pays the write-back that evicted them); SDDMM: X[i].
+      pe.mem += cached(row_block, core, 1, op_ == OpKind::kSpMM);
     }
     // The gathered dense operand (SpMM: B[k]; SDDMM: Y[k]), one block per
     // nonzero, always through the caches.
@@ -340,7 +399,8 @@ class PassSimulator {
     double accesses = 0, mean_cost = 0, mean_dram = 0;
   };
   Running running_[2];
-  std::vector<uint8_t> touched_;
+  std::vector<uint8_t> row_state_;              // per output row: kTouched, kPinned
+  std::vector<int64_t> own_ptr_, own_slot_, own_tiles_;  // barrier: each PE's tiles of the phase
   std::vector<Pe> pes_;
   std::vector<Task> tasks_;
   double phase_dram_ = 0;
@@ -398,6 +458,8 @@ void Hardware::validate() const {
   require(llc_latency_cycles >= 0, "llc_latency_cycles must be >= 0");
   require(mlp >= 1, "mlp must be >= 1, got " + std::to_string(mlp));
   require(stream_mlp >= 1, "stream_mlp must be >= 1, got " + std::to_string(stream_mlp));
+  require(l2_output_share >= 0 && l2_output_share <= 1,
+          "l2_output_share must be in [0, 1], got " + std::to_string(l2_output_share));
   require(barrier_cycles >= 0 && tile_cycles >= 0 && row_cycles >= 0 && nnz_cycles >= 0,
           "barrier_cycles, tile_cycles, row_cycles and nnz_cycles must be >= 0");
 }

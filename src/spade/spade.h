@@ -28,6 +28,7 @@ struct Hardware {
   int64_t vector_width = 16;       // fp32 lanes per PE vector op (512 bits)
   int64_t l2_bytes = 1 << 20;      // private L2 per core
   int64_t l2_assoc = 16;
+  double l2_output_share = 0.5;    // share of a core's L2 that can hold owned output tiles (barrier)
   int64_t llc_bytes = 32ll << 20;  // shared last-level cache
   int64_t llc_assoc = 16;
   int64_t line_bytes = 64;
@@ -51,7 +52,8 @@ struct Config {
   int64_t row_panel = 64;     // rows of A per tile
   int64_t col_panel = 1 << 20;  // columns of A per tile
   int64_t split = 1;          // passes over A, each with ~N / split dense columns
-  bool barrier = false;       // all PEs finish column panel c before any starts c + 1
+  bool barrier = false;       // all PEs finish column panel c before any starts c + 1;
+                              // row panel r is then owned by PE r mod P in every phase
   bool bypass = false;        // the row-indexed dense operand (SpMM: C, SDDMM: X) is streamed, never cached
 
   void validate() const;
