@@ -261,18 +261,32 @@ def test_barrier_keeps_output_on_chip():
 
 
 def test_barrier_assigns_row_panels_statically():
-    """Under barrier a hot row panel always lands on the same PE: no work stealing within a phase."""
-    # Row panel 0 (rows 0-3) is dense, the rest nearly empty: with static owners PE 0 does all of
-    # panel 0's work in every phase, so the critical path is PE 0's and the imbalance is large.
-    dense = np.zeros((900, 8192))
-    dense[:4, :] = 1.0
-    dense[np.arange(4, 900), np.arange(4, 900) * 9 % 8192] = 1.0
+    """Under barrier, row panel r runs on PE r mod P in every phase; without it, on any idle PE.
+
+    32 x 8192, row panels of 4 rows (8), column panels of 2048 (4 phases), 4 PEs.
+    Panels 0 and 4 are dense (4 x 2048 nonzeros per tile); the other rows have one
+    nonzero each. Memory is free (zero latencies, ample bandwidth), so a tile costs
+    its compute: 4 rows x 1 + 8192 nonzeros x (1 issue + 64 / 16 vector ops) = 40964.
+    Barrier: PE 0 owns panels 0 and 4, so in each phase it runs both dense tiles:
+    the critical path computes 4 x 2 x 40964 = 327712 cycles. Without barrier PE 0
+    takes panel 0 (4 dense tiles) while panel 4 goes to another, idle PE: 4 x 40964
+    plus the light tiles (4 rows + 4 nonzeros x 5 = 24 cycles) that PE ran before.
+    """
+    dense = np.zeros((32, 8192))
+    dense[0:4, :] = 1.0
+    dense[16:20, :] = 1.0
+    others = [r for r in range(32) if not (r < 4 or 16 <= r < 20)]
+    dense[others, [(r * 37) % 8192 for r in others]] = 1.0
     matrix = sp.csr_matrix(dense)
-    hw = HardwareParams(dram_gbps=1e5)
+    hw = HardwareParams(pes=4, pes_per_core=1, dram_gbps=1e6, dram_latency_ns=0.0, l2_latency_cycles=0.0,
+                        llc_latency_cycles=0.0)
     barrier, free = simulate(matrix, "spmm", 64, [cfg(rp=4, cp=2048, barrier=True), cfg(rp=4, cp=2048)],
                              hardware=hw, sampling=1)
     assert barrier.breakdown["phases"] == 4 and free.breakdown["phases"] == 1
-    assert barrier.breakdown["imbalance"] > 20
+    assert barrier.breakdown["compute"] == 4 * 2 * 40964
+    # The PE that ends last ran panel 4 after a few light tiles (24 cycles each).
+    assert 4 * 40964 < free.breakdown["compute"] <= 4 * 40964 + 4 * 24
+    assert barrier.breakdown["memory_stall"] == 0.0 and free.breakdown["memory_stall"] == 0.0
 
 
 def test_output_share_is_validated():
