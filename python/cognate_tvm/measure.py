@@ -53,16 +53,21 @@ def backend_options(args: argparse.Namespace) -> dict:
     return options
 
 
+def create_backend(args: argparse.Namespace) -> backends.Backend:
+    """The --target's backend with the options given on the command line."""
+    options = backend_options(args)
+    try:
+        return backends.create(args.target, **options)
+    except TypeError as exc:
+        raise ValueError(f"target {args.target!r} does not take option(s) {sorted(options)}: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> dict:
     op = get_op(args.op)
     if args.feat < 1:
         raise ValueError(f"--feat must be >= 1, got {args.feat}")
     matrix = load_matrix(args.matrix)
-    try:
-        backend = backends.create(args.target, **backend_options(args))
-    except TypeError as exc:
-        raise ValueError(f"target {args.target!r} does not take option(s) "
-                         f"{sorted(backend_options(args))}: {exc}") from None
+    backend = create_backend(args)
     platform_space = space.create(backend.platform, op.name)
     configs = parse_configs(args.configs, platform_space, args.seed)
     results = []

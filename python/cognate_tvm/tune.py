@@ -36,11 +36,11 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm import tqdm
 
-from . import backends, space
+from . import space
 from .backends.base import Backend, MeasureResult
 from .errors import CognateError, ModelVersionError
 from .matrix import load_matrix
-from .measure import BATCH, add_common_arguments, backend_options, vendor_report
+from .measure import BATCH, add_common_arguments, create_backend, vendor_report
 from .ops import Op, get_op
 
 log = logging.getLogger(__name__)
@@ -226,11 +226,7 @@ def run(args: argparse.Namespace) -> tuple[dict, TuneResult]:
         raise ValueError("--save-model saves the model fitted by few-shot tuning; it cannot be used with --model")
     matrix = load_matrix(args.matrix)
     model = load_model(args.model) if args.model is not None else None
-    try:
-        backend = backends.create(args.target, **backend_options(args))
-    except TypeError as exc:
-        raise ValueError(f"target {args.target!r} does not take option(s) "
-                         f"{sorted(backend_options(args))}: {exc}") from None
+    backend = create_backend(args)
     platform_space = space.create(backend.platform, op.name)
     progress = not args.quiet
     if model is not None:
