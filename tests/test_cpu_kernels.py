@@ -224,3 +224,32 @@ def test_space_benchmark_resumes(tmp_path, monkeypatch):
     assert bench.main(argv) == 0
     summary = __import__("json").loads((tmp_path / "spmm_summary.json").read_text())["summary"]
     assert summary["worst / best"]["matrices"] == 3 and summary["worst / best"]["geomean"] >= 1.0
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_run_on_user_data(op, backend, small_matrices):
+    """`LLVMBackend.run` computes on the caller's operands and matches scipy."""
+    matrix = small_matrices["tall"]
+    space = CPUSpace(op)
+    dense = get_op(op).make_dense_inputs(matrix, 12, seed=3)
+    for config in (space.baseline(), space.sample(1, seed=5)[0]):
+        assert check_output(get_op(op), matrix, dense, backend.run(op, config, matrix, dense))
+
+
+def test_run_rejects_bad_operands(backend, small_matrices):
+    from cognate_tvm.errors import InvalidConfigError, MatrixFormatError, ShapeError
+
+    matrix = small_matrices["tall"]  # 300 x 45
+    config = CPUSpace("spmm").baseline()
+    with pytest.raises(ShapeError, match=r"\(44, 8\)"):
+        backend.run("spmm", config, matrix, [np.zeros((44, 8), np.float32)])
+    with pytest.raises(ShapeError, match="sddmm"):
+        backend.run("sddmm", config, matrix, [np.zeros((300, 8), np.float32), np.zeros((300, 8), np.float32)])
+    with pytest.raises(ShapeError, match="2-D"):
+        backend.run("spmm", config, matrix, [np.zeros(45, np.float32)])
+    bad = np.zeros((45, 8), np.float32)
+    bad[3, 2] = np.nan
+    with pytest.raises(MatrixFormatError, match="dense operand 0 holds non-finite"):
+        backend.run("spmm", config, matrix, [bad])
+    with pytest.raises(InvalidConfigError, match="i_tile 3"):
+        backend.run("spmm", CPUConfig(**{**config.to_dict(), "i_tile": 3}), matrix, [np.zeros((45, 8))])

@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import InvalidConfigError
+from ..errors import InvalidConfigError, MatrixFormatError, ShapeError
 from ..kernels.cache import DEFAULT_CACHE_DIR
 from ..matrix import as_csr
 from ..ops import Op, get_op
@@ -120,6 +120,31 @@ class LLVMBackend(Backend):
 
         return build_kernel(op, config, feat, self._target, cache=self._cache)
 
+    def run(self, op: str | Op, config: CPUConfig, matrix: sp.csr_matrix,
+            dense: Sequence[np.ndarray]) -> np.ndarray:
+        """Run `config` once on the caller's data and return the result.
+
+        SpMM: `dense` = [B] (cols x N), returns C (rows x N). SDDMM: `dense` =
+        [X (rows x N), Y (cols x N)], returns the values at A's nonzeros in CSR
+        order. Raises ShapeError for operands that do not fit `matrix`,
+        MatrixFormatError for NaN/inf in them, InvalidConfigError for a config
+        outside the space.
+        """
+        op = get_op(op)
+        matrix = as_csr(matrix)
+        dense = [np.asarray(d) for d in dense]
+        if not dense or dense[0].ndim != 2:
+            raise ShapeError(f"{op.name}: expected {len(op.dense_shapes(1, 1, 1))} 2-D dense operand(s), "
+                             f"got shapes {[d.shape for d in dense]}")
+        feat = int(dense[0].shape[1])
+        op.check_dense_inputs(matrix, dense, feat)
+        for n, d in enumerate(dense):
+            if not np.all(np.isfinite(d)):
+                raise MatrixFormatError(f"{op.name}: dense operand {n} holds non-finite values (NaN or inf)")
+        CPUSpace(op).check(config)
+        dense = [np.ascontiguousarray(d, dtype=np.float32) for d in dense]
+        return _Run(self, op, matrix, feat, dense).output(config)
+
     def measure(self, op: str | Op, matrix: sp.csr_matrix, configs: Sequence[Config], feat: int, *,
                 check: bool = False, seed: int = 0) -> list[MeasureResult]:
         op = get_op(op)
@@ -175,16 +200,13 @@ class _Run:
             self._sparse[key] = prepare_sparse(self.op, self.matrix, config)
         return self._sparse[key]
 
-    def measure(self, config: CPUConfig, check: bool) -> MeasureResult:
+    def prepare(self, config: CPUConfig):
+        """(call, call_args): the compiled kernel bound to this run's inputs and a fresh output."""
         import tvm
 
-        from ..kernels.cpu import kernel_arguments, unpad_output
+        from ..kernels.cpu import kernel_arguments
 
-        backend = self.backend
-        start = time.perf_counter()
-        module = backend.kernel(self.op, config, self.feat)
-        build_s = time.perf_counter() - start
-        func = module["main"]
+        func = self.backend.kernel(self.op, config, self.feat)["main"]
         args = kernel_arguments(self.op, self.matrix, config, self.feat,
                                 self._padded_dense(config.padded_width(self.feat)),
                                 self._sparse_operand(config))
@@ -193,6 +215,24 @@ class _Run:
 
         def call():
             func(*call_args)
+
+        return call, call_args
+
+    def output(self, config: CPUConfig) -> np.ndarray:
+        """Run `config` once and return its (unpadded) output."""
+        from ..kernels.cpu import unpad_output
+
+        call, call_args = self.prepare(config)
+        call()
+        return unpad_output(self.op, call_args[-1].numpy(), self.feat)
+
+    def measure(self, config: CPUConfig, check: bool) -> MeasureResult:
+        from ..kernels.cpu import unpad_output
+
+        backend = self.backend
+        start = time.perf_counter()
+        call, call_args = self.prepare(config)
+        build_s = time.perf_counter() - start
 
         start = time.perf_counter()
         call()
