@@ -9,23 +9,12 @@ from cognate_tvm.errors import UnknownKindError
 from cognate_tvm.mapper import create as create_mapper
 from cognate_tvm.model.config import LatentConfig
 from cognate_tvm.model.latent import LatentAutoencoder, create_encoder
-from cognate_tvm.space import create as create_space
-from toy_space import ToyAccelSpace, ToySpace
+from toy_space import ToyAccelSpace, ToySpace, real_spaces
 
 torch.set_num_threads(1)  # small ops: one thread is faster on a shared 2-core machine
 
 
-def _real_spaces():
-    out = []
-    for platform in ("cpu", "spade", "gpu"):
-        try:
-            out.append(create_space(platform, "spmm"))
-        except ModuleNotFoundError:
-            pass
-    return out
-
-
-@pytest.mark.parametrize("space", [ToySpace("spmm"), ToyAccelSpace("spmm"), *_real_spaces()], ids=repr)
+@pytest.mark.parametrize("space", [ToySpace("spmm"), ToyAccelSpace("spmm"), *real_spaces()], ids=repr)
 def test_autoencoder_reconstructs_its_space(space):
     knobs = create_mapper("standard").knobs(space, space.configs())
     ae = LatentAutoencoder(knobs.shape[1], LatentConfig())

@@ -9,7 +9,7 @@ from cognate_tvm.baselines import RandomRanker
 from cognate_tvm.errors import ModelVersionError
 from cognate_tvm.model import CognateCostModel
 from cognate_tvm.train import evaluate, pair_accuracy
-from toy_space import ToyAccelSpace, ToySpace, fast_model_config, measured_groups, small_corpus
+from toy_space import ToyAccelSpace, ToySpace, fast_model_config, measured_groups, real_spaces, small_corpus
 
 torch.set_num_threads(1)  # small ops: one thread is faster on a shared 2-core machine
 
@@ -145,20 +145,7 @@ def test_end_to_end_training_updates_featurizer_and_is_seeded(corpus):
     assert np.array_equal(scores[0], scores[1])
 
 
-def _real_spaces():
-    from cognate_tvm.space import create
-
-    out = []
-    for platform in ("cpu", "spade", "gpu"):
-        try:
-            out.append(create(platform, "spmm"))
-        except ModuleNotFoundError:
-            pass  # not written yet
-    return out
-
-
-@pytest.mark.parametrize("space", _real_spaces() or [pytest.param(None, marks=pytest.mark.skip(
-    reason="no platform space (space/cpu.py, spade.py, gpu.py) exists yet"))], ids=repr)
+@pytest.mark.parametrize("space", real_spaces(), ids=repr)
 def test_scores_every_config_of_a_real_space(space, corpus):
     train, _ = corpus
     matrix = next(iter(sorted(train.items())))[1]

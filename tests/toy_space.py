@@ -17,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from cognate_tvm.errors import InvalidConfigError
+from cognate_tvm.space import PLATFORMS, create
 from cognate_tvm.space.base import Config, SharedCoords, Space
 
 ORDERS = (("i1", "k1", "j1", "i0", "k0", "j0"), ("k1", "i1", "j1", "i0", "k0", "j0"))
@@ -169,3 +170,8 @@ class FakeBackend:
             else:
                 out.append(MeasureResult(config=config, time_ms=synthetic_time_ms(matrix, self.space, config, feat)))
         return out
+
+
+def real_spaces(ops: tuple[str, ...] = ("spmm",)) -> list[Space]:
+    """The project's platform spaces (cpu, spade, gpu) for `ops`."""
+    return [create(platform, op) for platform in PLATFORMS for op in ops]

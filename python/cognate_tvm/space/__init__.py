@@ -14,6 +14,9 @@ _SPACES = {
 }
 
 
+PLATFORMS = tuple(_SPACES)
+
+
 def create(platform: str | Space, op: str = "spmm") -> Space:
     """The space of `platform` ("cpu", "spade", "gpu") for `op`; a Space passes through."""
     if isinstance(platform, Space):
@@ -24,4 +27,4 @@ def create(platform: str | Space, op: str = "spmm") -> Space:
     return getattr(importlib.import_module(module), cls)(op)
 
 
-__all__ = ["LOOPS", "Config", "SharedCoords", "Space", "create"]
+__all__ = ["LOOPS", "PLATFORMS", "Config", "SharedCoords", "Space", "create"]
