@@ -16,12 +16,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+import scipy.sparse as sp
 from tqdm import tqdm
 
 from . import backends, space
 from .errors import CognateError
 from .matrix import load_matrix
-from .ops import OPS, get_op
+from .ops import OPS, Op, get_op
 
 EXAMPLE_MATRIX = Path(__file__).resolve().parent / "sample_matrices" / "example_powerlaw.mtx"
 BATCH = 8  # configs per backend call: small enough for a live progress bar
@@ -53,6 +54,22 @@ def backend_options(args: argparse.Namespace) -> dict:
     return options
 
 
+def measure_configs(backend: backends.Backend, op: Op, matrix: sp.csr_matrix,
+                    configs: Sequence[space.Config], feat: int, *, check: bool = False, seed: int = 0,
+                    progress: bool = False, desc: str = "measure") -> list[backends.MeasureResult]:
+    """Measure `configs` in batches of `BATCH` (so a progress bar stays live); failures are logged."""
+    results: list[backends.MeasureResult] = []
+    with tqdm(total=len(configs), desc=desc, unit="config", file=sys.stderr, disable=not progress) as bar:
+        for start in range(0, len(configs), BATCH):
+            batch = list(configs[start:start + BATCH])
+            results += backend.measure(op, matrix, batch, feat, check=check, seed=seed)
+            bar.update(len(batch))
+    for r in results:
+        if not r.ok:
+            log.info("config %s failed: %s", r.config.to_json(), r.error)
+    return results
+
+
 def create_backend(args: argparse.Namespace) -> backends.Backend:
     """The --target's backend with the options given on the command line."""
     options = backend_options(args)
@@ -70,13 +87,8 @@ def run(args: argparse.Namespace) -> dict:
     backend = create_backend(args)
     platform_space = space.create(backend.platform, op.name)
     configs = parse_configs(args.configs, platform_space, args.seed)
-    results = []
-    with tqdm(total=len(configs), desc=f"{op.name} on {args.target}", unit="config",
-              file=sys.stderr, disable=args.quiet) as bar:
-        for start in range(0, len(configs), BATCH):
-            batch = configs[start:start + BATCH]
-            results += backend.measure(op, matrix, batch, args.feat, check=args.check, seed=args.seed)
-            bar.update(len(batch))
+    results = measure_configs(backend, op, matrix, configs, args.feat, check=args.check, seed=args.seed,
+                              progress=not args.quiet, desc=f"{op.name} on {args.target}")
     vendor = vendor_report(backend, op, matrix, args.feat, args.seed) if args.vendor else None
     return build_report(args, matrix, results, vendor)
 

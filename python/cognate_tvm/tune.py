@@ -34,13 +34,12 @@ from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
-from tqdm import tqdm
 
 from . import space
 from .backends.base import Backend, MeasureResult
 from .errors import CognateError, ModelVersionError
 from .matrix import load_matrix
-from .measure import BATCH, add_common_arguments, create_backend, vendor_report
+from .measure import add_common_arguments, create_backend, measure_configs, vendor_report
 from .ops import Op, get_op
 
 log = logging.getLogger(__name__)
@@ -95,22 +94,6 @@ class TuneResult:
     @property
     def failed(self) -> list[MeasureResult]:
         return [r for r in self.measured if not r.ok]
-
-
-def measure_configs(backend: Backend, op: Op, matrix: sp.csr_matrix, configs: Sequence[space.Config],
-                    feat: int, *, seed: int = 0, progress: bool = False,
-                    desc: str = "measure") -> list[MeasureResult]:
-    """Measure `configs` in batches of `measure.BATCH` (so a progress bar stays live)."""
-    results: list[MeasureResult] = []
-    with tqdm(total=len(configs), desc=desc, unit="config", file=sys.stderr, disable=not progress) as bar:
-        for start in range(0, len(configs), BATCH):
-            batch = list(configs[start:start + BATCH])
-            results += backend.measure(op, matrix, batch, feat, seed=seed)
-            bar.update(len(batch))
-    for r in results:
-        if not r.ok:
-            log.info("config %s failed: %s", r.config.to_json(), r.error)
-    return results
 
 
 def tune_with_model(*, backend: Backend, platform_space: space.Space, model, matrix: sp.csr_matrix, feat: int,
