@@ -33,3 +33,7 @@ class ModelVersionError(CognateError, ValueError):
 
 class DeviceUnavailableError(CognateError, RuntimeError):
     """A target needs hardware (e.g. an NVIDIA GPU) that this machine lacks."""
+
+
+class PretrainedNotFoundError(CognateError, LookupError):
+    """A shipped (pre-trained or fine-tuned) model was asked for that the package does not hold."""
