@@ -34,7 +34,7 @@ def test_json_round_trip(space):
 
 def test_baseline_is_row_parallel_vectorized_csr(space):
     base = space.baseline()
-    assert base.k_panel == 0 and base.parallel and base.vector > 1
+    assert base.single_panel and base.parallel and base.vector > 1
     assert base.loop_order[0] == "i1" and base.loop_order[-1] == "j0"
 
 
@@ -44,7 +44,10 @@ def test_baseline_is_row_parallel_vectorized_csr(space):
     ({"j_tile": 24}, "j_tile 24"),
     ({"loop_order": ("k0", "i1", "i0", "k1", "j1", "j0")}, "loop order"),
     ({"loop_order": PANEL_ORDERS[1]}, "plain-CSR orders"),  # with k_panel=0, only CSR_ORDERS
-    ({"vector": 4}, "vector 4"),
+    ({"vector": 32}, "vector 32"),
+    ({"k_parts": 3}, "k_parts 3"),
+    ({"k_panel": 2048, "k_parts": 2, "loop_order": PANEL_ORDERS[0]}, "k_parts 2"),
+    ({"j_tile": 8, "vector": 16}, "wider than the dense tile"),
     ({"loop_order": PANEL_ORDERS[7], "vector": 16}, "vector 16"),
     ({"j_tile": 16, "vector": 16, "unroll": True}, "unroll needs"),
     ({"parallel": False, "chunk": 4}, "chunk 4"),
@@ -70,6 +73,10 @@ def test_orders_respect_loop_dependencies():
         pos = {name: n for n, name in enumerate(order)}
         assert pos["i1"] < pos["i0"] < pos["k0"] and pos["k1"] < pos["k0"] and pos["j1"] < pos["j0"]
     assert len(set(PANEL_ORDERS)) == len(PANEL_ORDERS) and set(CSR_ORDERS) <= set(PANEL_ORDERS)
+    # with k1 removed, the CSR orders are distinct programs and cover every panel order
+    without_k1 = {tuple(n for n in o if n != "k1") for o in PANEL_ORDERS}
+    assert {tuple(n for n in o if n != "k1") for o in CSR_ORDERS} == without_k1
+    assert len(CSR_ORDERS) == len(without_k1)
 
 
 def test_shared_coords_are_the_identity(space):
@@ -77,7 +84,7 @@ def test_shared_coords_are_the_identity(space):
         coords = space.shared_coords(config, rows=5000, cols=3000, feat=128)
         assert coords.log2_i == math.log2(config.i_tile)
         assert coords.log2_j == math.log2(config.j_tile)  # feat 128 >= every J
-        width = 3000 if config.k_panel == 0 else min(3000, config.k_panel)
+        width = -(-3000 // config.k_parts) if config.k_panel == 0 else min(3000, config.k_panel)
         assert coords.log2_k == pytest.approx(math.log2(width))
         assert coords.loop_order == config.loop_order
         assert coords.omega().sum() == 6
@@ -99,6 +106,8 @@ def test_panel_width_is_capped_and_dense_tile_clipped():
     wide = 2048 * MAX_PANELS * 3
     assert -(-wide // panels.panel_width(wide)) <= MAX_PANELS
     assert config.panel_width(12345) == 12345        # plain CSR
+    parts = CPUConfig(**{**config.to_dict(), "k_parts": 8, "loop_order": PANEL_ORDERS[0]})
+    assert parts.panel_width(12345) == 1544 and not parts.single_panel
     assert config.dense_tile(20) == 32 and config.padded_width(20) == 32   # J clipped to 20 -> 2 vectors
     assert config.dense_tile(300) == 128 and config.padded_width(300) == 384
     scalar = CPUConfig(**{**config.to_dict(), "loop_order": PANEL_ORDERS[7], "vector": 1})

@@ -33,21 +33,25 @@ def test_standard_is_identity_on_cpu_like_space():
     space = ToySpace("spmm")
     configs = space.configs()
     shared = mapper.create("standard").shared(space, configs, rows=ROWS, cols=COLS, feat=FEAT)
+    n = mapper.N_FIELDS
     for row, c in zip(shared, configs):
-        assert row[:3].tolist() == [math.log2(c.i), math.log2(c.k), math.log2(min(c.j, FEAT))]
-        order = [LOOPS[int(np.argmax(r))] for r in row[3:].reshape(6, 6)]
-        assert tuple(order) == c.order
+        k, j = math.log2(c.k), math.log2(min(c.j, FEAT))
+        assert row[:n].tolist() == pytest.approx([math.log2(c.i), k, j, k - math.log2(COLS), j - math.log2(FEAT)])
+        order = [LOOPS[int(np.argmax(r))] for r in row[n:].reshape(6, 6)]
+        expected = space.shared_coords(c, rows=ROWS, cols=COLS, feat=FEAT).canonical(cols=COLS, feat=FEAT)
+        assert tuple(order) == expected.loop_order
 
 
 @pytest.mark.parametrize("space", [s for s in SPACES if s.platform == "cpu"] or
                          [pytest.param(None, marks=pytest.mark.skip(reason="space/cpu.py not written yet"))])
 def test_standard_is_identity_on_real_cpu_space(space):
-    configs = space.configs()
+    configs = space.sample(2000, seed=0)
     shared = mapper.create("standard").shared(space, configs, rows=ROWS, cols=COLS, feat=FEAT)
+    n = mapper.N_FIELDS
     for row, c in zip(shared, configs):
         coords = space.shared_coords(c, rows=ROWS, cols=COLS, feat=FEAT)
         assert row[:3].tolist() == pytest.approx([coords.log2_i, coords.log2_k, coords.log2_j])
-        assert np.array_equal(row[3:].reshape(6, 6), coords.omega())
+        assert np.array_equal(row[n:].reshape(6, 6), coords.canonical(cols=COLS, feat=FEAT).omega())
 
 
 def test_random_permutation_is_seeded_and_consistent():
@@ -60,9 +64,10 @@ def test_random_permutation_is_seeded_and_consistent():
     assert np.array_equal(shuffled, b.shared(space, configs, rows=ROWS, cols=COLS, feat=FEAT))
     assert not np.array_equal(shuffled, std)
     # same information, moved: the fields are a permutation of the standard ones
-    assert np.array_equal(shuffled[:, a.field_perm], std[:, :3])
-    omega_std = std[:, 3:].reshape(-1, 6, 6)
-    omega_shuf = shuffled[:, 3:].reshape(-1, 6, 6)
+    n = mapper.N_FIELDS
+    assert np.array_equal(shuffled[:, a.field_perm], std[:, :n])
+    omega_std = std[:, n:].reshape(-1, 6, 6)
+    omega_shuf = shuffled[:, n:].reshape(-1, 6, 6)
     assert np.array_equal(omega_shuf[:, :, a.loop_perm], omega_std)
     other = mapper.create("random", seed=4)
     assert not (np.array_equal(other.field_perm, a.field_perm) and np.array_equal(other.loop_perm, a.loop_perm))

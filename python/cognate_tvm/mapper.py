@@ -2,8 +2,11 @@
 
 A mapper turns configs of any `Space` into two float32 arrays:
 
-- ``shared``: ``[log2 I, log2 K, log2 J, omega (6x6, row-major)]``, width
-  `SHARED_WIDTH` = 39, the homogeneous part every platform shares;
+- ``shared``: ``[log2 I, log2 K, log2 J, log2 (K / cols), log2 (J / N), omega
+  (6x6, row-major)]``, width `SHARED_WIDTH` = 41, the homogeneous part every
+  platform shares. Sizes are numbers (the model feeds them to an MLP), with
+  scale-free forms beside them, and omega is that of the canonical order
+  (`SharedCoords.canonical`: one-iteration loops moved outermost);
 - ``knobs``: the platform-only knobs, width ``len(space.knob_names)``, that the
   platform's latent autoencoder compresses.
 
@@ -33,7 +36,7 @@ import numpy as np
 from .errors import InvalidConfigError, UnknownKindError
 from .space.base import LOOPS, Config, Space
 
-N_FIELDS = 3  # log2 I, log2 K, log2 J
+N_FIELDS = 5  # log2 I, log2 K, log2 J, log2 (K / cols), log2 (J / N)
 SHARED_WIDTH = N_FIELDS + len(LOOPS) * len(LOOPS)
 
 
@@ -71,9 +74,11 @@ class ConfigMapper(ABC):
 def _standard_shared(space: Space, configs: Sequence[Config], rows: int, cols: int,
                      feat: int) -> np.ndarray:
     out = np.empty((len(configs), SHARED_WIDTH), dtype=np.float32)
+    log2_cols, log2_feat = math.log2(max(1, cols)), math.log2(max(1, feat))
     for n, config in enumerate(configs):
-        coords = space.shared_coords(config, rows=rows, cols=cols, feat=feat)
-        out[n, :N_FIELDS] = (coords.log2_i, coords.log2_k, coords.log2_j)
+        coords = space.shared_coords(config, rows=rows, cols=cols, feat=feat).canonical(cols=cols, feat=feat)
+        out[n, :N_FIELDS] = (coords.log2_i, coords.log2_k, coords.log2_j,
+                             coords.log2_k - log2_cols, coords.log2_j - log2_feat)
         out[n, N_FIELDS:] = coords.omega().ravel()
     return out
 
@@ -108,8 +113,8 @@ class RandomPermutationMapper(ConfigMapper):
     """Standard mapping with the roles of (I, K, J) and of the six loops shuffled (seeded).
 
     Loop ``LOOPS[l]`` of the standard mapping is reported as loop
-    ``LOOPS[loop_perm[l]]``, and field ``f`` of (I, K, J) is written to
-    position ``field_perm[f]``. Identity permutations are redrawn, so the
+    ``LOOPS[loop_perm[l]]``, and field ``f`` of the `N_FIELDS` size fields is
+    written to position ``field_perm[f]``. Identity permutations are redrawn, so the
     mapping always differs from the standard one.
     """
 

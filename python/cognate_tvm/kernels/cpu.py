@@ -34,7 +34,7 @@ from ..space.cpu import CPUConfig
 from .cache import KernelCache, kernel_key
 
 # Bumped whenever the generated code changes, so stale cached libraries are not reused.
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 
 
 def host_cpu() -> str:
@@ -71,7 +71,7 @@ class _NestGenerator:
 
     def __init__(self, op: Op, config: CPUConfig, feat: int, workers: int):
         self.op, self.config = op, config
-        self.csr = config.k_panel == 0
+        self.csr = config.single_panel
         self.sddmm = op.name == "sddmm"
         self.tile_i = config.i_tile
         self.tile_j = config.dense_tile(feat)
@@ -367,7 +367,7 @@ def prepare_sparse(op: str | Op, matrix: sp.csr_matrix, config: CPUConfig) -> Sp
     """Convert canonical CSR `matrix` into the layout `config`'s kernel reads."""
     op = get_op(op)
     rows, cols = matrix.shape
-    if config.k_panel == 0:
+    if config.single_panel:
         return SparseOperand(1, np.ascontiguousarray(matrix.indptr, dtype=np.int32),
                              np.ascontiguousarray(matrix.indices, dtype=np.int32),
                              np.ascontiguousarray(matrix.data, dtype=np.float32), None)

@@ -34,7 +34,8 @@ from .predictor import CostPredictor
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+# 2: size fields through an MLP on scalars, scale-free K/cols and J/N, canonical omega.
+FORMAT_VERSION = 2
 WEIGHTS_FILE = "model.pt"
 HPARAMS_FILE = "hparams.json"
 META_FILE = "meta.json"

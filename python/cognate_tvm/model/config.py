@@ -37,8 +37,7 @@ class LatentConfig:
 class PredictorConfig:
     """Config embedding and scoring MLP."""
 
-    field_buckets: int = 26         # per-field embedding tables over log2 values 0..25
-    field_dim: int = 16
+    field_dim: int = 32             # MLP over the size fields (log2 I, K, J, K/cols, J/N, N)
     omega_dim: int = 32
     config_dim: int = 64
     hidden: tuple[int, ...] = (256, 128)

@@ -19,45 +19,37 @@ from .latent import KnobEncoder
 COMPONENTS = ("featurizer", "config", "head", "latent")  # what `freeze` may name
 
 
-class FieldEmbedding(nn.Module):
-    """Embedding table over integer log2 values, linearly interpolated for fractional ones.
-
-    Values are clamped to [0, buckets - 1]; log2 7.5 (e.g. a GPU column partition)
-    mixes the rows of 7 and 8, so nearby sizes get nearby embeddings.
-    """
-
-    def __init__(self, buckets: int, dim: int):
-        super().__init__()
-        self.table = nn.Embedding(buckets, dim)
-        nn.init.normal_(self.table.weight, std=0.3)
-        self.buckets = buckets
-
-    def forward(self, value: torch.Tensor) -> torch.Tensor:
-        value = value.clamp(0.0, self.buckets - 1.0)
-        low = value.floor().long().clamp(max=self.buckets - 2) if self.buckets > 1 else value.long() * 0
-        frac = (value - low.to(value.dtype)).unsqueeze(1)
-        high = (low + 1).clamp(max=self.buckets - 1)
-        return self.table(low) * (1.0 - frac) + self.table(high) * frac
+# Fixed scales that bring the size fields (log2 I, log2 K, log2 J, log2 K/cols,
+# log2 J/N) and log2 N to roughly [-1, 1]; they are numbers, not categories, so a
+# size never seen in training lands between the sizes that were (I = 4 between
+# I = 2 and I = 8), which a per-value lookup table cannot do.
+FIELD_SCALE = (8.0, 20.0, 7.0, 10.0, 5.0)
+FEAT_SCALE = 8.0
 
 
 class ConfigEmbedding(nn.Module):
-    """Shared vector [log2 I, log2 K, log2 J, omega(36)] and log2 feat -> config embedding."""
+    """Shared vector [size fields, omega(36)] and log2 N -> config embedding.
+
+    The size fields and log2 N go through an MLP on scalars; omega through a
+    linear map; both are concatenated and mixed by a second MLP.
+    """
 
     def __init__(self, config: PredictorConfig = PredictorConfig()):
         super().__init__()
-        self.fields = nn.ModuleList(FieldEmbedding(config.field_buckets, config.field_dim)
-                                    for _ in range(N_FIELDS))
+        self.register_buffer("scale", torch.tensor(FIELD_SCALE + (FEAT_SCALE,), dtype=torch.float32),
+                             persistent=False)
+        self.fields = nn.Sequential(nn.Linear(N_FIELDS + 1, config.field_dim), nn.ReLU(),
+                                    nn.Linear(config.field_dim, config.field_dim), nn.ReLU())
         self.omega = nn.Linear(SHARED_WIDTH - N_FIELDS, config.omega_dim)
-        width = N_FIELDS * config.field_dim + config.omega_dim + 1
+        width = config.field_dim + config.omega_dim
         self.mlp = nn.Sequential(nn.Linear(width, config.config_dim), nn.ReLU(),
                                  nn.Linear(config.config_dim, config.config_dim), nn.ReLU())
 
     def forward(self, shared: torch.Tensor, log2_feat: torch.Tensor) -> torch.Tensor:
         if shared.ndim != 2 or shared.shape[1] != SHARED_WIDTH:
             raise ShapeError(f"shared coordinates of shape {tuple(shared.shape)}, expected [n, {SHARED_WIDTH}]")
-        parts = [emb(shared[:, f]) for f, emb in enumerate(self.fields)]
-        parts.append(self.omega(shared[:, N_FIELDS:]))
-        parts.append(log2_feat.reshape(-1, 1) / 8.0)
+        scalars = torch.cat([shared[:, :N_FIELDS], log2_feat.reshape(-1, 1)], dim=1) / self.scale
+        parts = [self.fields(scalars), self.omega(shared[:, N_FIELDS:])]
         return self.mlp(torch.cat(parts, dim=1))
 
 

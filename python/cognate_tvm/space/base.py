@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
@@ -30,6 +31,10 @@ class Config:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def to_json_values(self) -> tuple:
+        """The field values in declaration order, hashable (sequences as tuples)."""
+        return tuple(tuple(v) if isinstance(v, list) else v for v in dataclasses.astuple(self))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -57,6 +62,21 @@ class SharedCoords:
     def __post_init__(self):
         if sorted(self.loop_order) != sorted(LOOPS):
             raise InvalidConfigError(f"loop order {self.loop_order} is not a permutation of {LOOPS}")
+
+    def canonical(self, *, cols: int, feat: int) -> "SharedCoords":
+        """The same program with its one-iteration loops moved outermost, in LOOPS order.
+
+        A loop of one iteration (i0 when I = 1, k1 when one panel covers all
+        columns, j1 when one dense tile covers the width) can sit anywhere in the
+        nest without changing the program, so two platforms' orders that differ
+        only there must map to the same omega, or the CPU data never covers them.
+        """
+        trivial = {"i0": self.log2_i <= 0.0,
+                   "k1": self.log2_k >= math.log2(max(1, cols)) - 1e-9,
+                   "j1": self.log2_j >= math.log2(max(1, feat)) - 1e-9}
+        front = [name for name in LOOPS if trivial.get(name, False)]
+        order = tuple(front + [name for name in self.loop_order if name not in front])
+        return dataclasses.replace(self, loop_order=order)
 
     def omega(self) -> np.ndarray:
         """6x6 permutation matrix: omega[pos, LOOPS.index(loop)] = 1."""
@@ -103,6 +123,33 @@ class Space(ABC):
             return list(space)
         rng = np.random.default_rng(seed)
         return [space[i] for i in sorted(rng.choice(len(space), size=count, replace=False))]
+
+    def sample_covering(self, count: int, seed: int) -> list[Config]:
+        """`count` distinct configs in which every value of every config field occurs.
+
+        Each (field, value) not yet covered gets one random config that has it;
+        the rest are drawn uniformly. Training data sampled this way never leaves
+        a knob value unseen (a plain uniform sample of a large space can).
+        """
+        space = self.configs()
+        if count >= len(space):
+            return list(space)
+        rng = np.random.default_rng(seed)
+        values = [c.to_json_values() for c in space]
+        chosen: set[int] = set()
+        for field_index in range(len(values[0])):
+            column = [v[field_index] for v in values]
+            for value in sorted(set(column), key=repr):
+                if any(column[i] == value for i in chosen):
+                    continue
+                having = [i for i, v in enumerate(column) if v == value]
+                chosen.add(int(rng.choice(having)))
+        if len(chosen) > count:
+            raise ValueError(f"{self!r}: {count} configs cannot cover every knob value "
+                             f"(needs at least {len(chosen)})")
+        rest = np.setdiff1d(np.arange(len(space)), np.fromiter(chosen, dtype=np.int64))
+        chosen.update(int(i) for i in rng.choice(rest, size=count - len(chosen), replace=False))
+        return [space[i] for i in sorted(chosen)]
 
     def __len__(self) -> int:
         return len(self.configs())

@@ -5,17 +5,21 @@ pattern), with A sparse M x K and dense width N (`feat`):
 
 - ``i_tile`` (I): rows of A per row tile; the row-tile loop i1 is the one that
   runs in parallel.
-- ``k_panel`` (K): column-panel width; 0 means plain CSR (one panel). A width
-  below the column count cuts A into column-panel CSR
-  (:func:`cognate_tvm.formats.column_panels`). The number of panels is capped at
-  :data:`MAX_PANELS` so the ``[panels, rows + 1]`` row pointers stay small: on a
-  matrix with more than ``MAX_PANELS * K`` columns the panel width grows to
-  ``ceil(cols / MAX_PANELS)`` (see :meth:`CPUConfig.panel_width`).
+- ``k_panel`` / ``k_parts`` (K): the column panels, given either as a width
+  (``k_panel`` > 0 columns, WACO's and SPADE's way) or as a number of equal
+  parts (``k_parts`` > 1, K = ceil(cols / parts), the GPU's way); ``k_panel = 0``
+  with ``k_parts = 1`` is plain CSR (one panel). A width below the column count
+  cuts A into column-panel CSR (:func:`cognate_tvm.formats.column_panels`). The
+  number of panels is capped at :data:`MAX_PANELS` so the ``[panels, rows + 1]``
+  row pointers stay small: on a matrix with more than ``MAX_PANELS * K``
+  columns the panel width grows to ``ceil(cols / MAX_PANELS)`` (see
+  :meth:`CPUConfig.panel_width`).
 - ``j_tile`` (J): dense columns per tile.
 - ``loop_order`` (omega): the order of (i1, k1, j1, i0, k0, j0), outermost first,
   one of :data:`PANEL_ORDERS` (column panels) or :data:`CSR_ORDERS` (plain CSR,
   where k1 has one iteration and orders that differ only in where k1 sits are
-  the same program, so one representative of each is kept).
+  the same program, so one representative of each is kept). The orders include
+  every order the SPADE and GPU spaces map to, so transfer has CPU data on them.
 - CPU-only knobs: ``vector`` (SIMD width of the innermost dense loop, 1 when the
   innermost loop is the sparse one), ``unroll`` (unroll the J / vector chunks of
   a dense tile), ``parallel`` (run row tiles on all cores) and ``chunk`` (0:
@@ -46,10 +50,14 @@ from .base import Config, SharedCoords, Space
 # panel-major row pointers at MAX_PANELS * (rows + 1) entries.
 MAX_PANELS = 32
 
-I_TILES = (1, 8, 64)
-K_PANELS = (0, 2048, 16384)  # 0 = plain CSR
-J_TILES = (16, 32, 64, 128)
-VECTORS = (8, 16)            # float32 lanes: AVX2 ymm, AVX-512 zmm
+# The shared coordinates span what the target platforms map to (docs/cpu_space.md):
+# I from 1 (GPU rows per block) to 256 (SPADE row panels), J from 4 (GPU tx * vec)
+# to N, K from 2048 columns (SPADE) or cols / 8 (GPU parts) to all columns.
+I_TILES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+K_PANELS = (0, 2048, 16384, 131072)  # panel width; 0 = no width (see K_PARTS)
+K_PARTS = (1, 2, 4, 8)               # equal column parts when k_panel == 0; 1 = plain CSR
+J_TILES = (4, 8, 16, 32, 64, 128)
+VECTORS = (4, 8, 16)         # float32 lanes: SSE xmm, AVX2 ymm, AVX-512 zmm
 CHUNKS = (0, 4)              # 0 = contiguous ranges; 4 = round-robin chunks of 4 row tiles
 
 # Loop orders over (i1, k1, j1, i0, k0, j0), outermost first. All keep i1 < i0 < k0,
@@ -63,10 +71,24 @@ PANEL_ORDERS: tuple[tuple[str, ...], ...] = (
     ("i1", "j1", "i0", "k1", "k0", "j0"),  # dense tile between the row-tile loops
     ("i1", "i0", "k1", "k0", "j1", "j0"),  # nonzero-major: each nonzero updates a whole dense row
     ("i1", "i0", "k1", "j1", "j0", "k0"),  # sparse loop innermost (scalar)
+    # the orders the target platforms map to (space/spade.py, space/gpu.py):
+    ("k1", "i1", "j1", "i0", "k0", "j0"),  # SPADE with barrier: all row tiles sweep a panel together
+    ("i1", "k1", "j1", "i0", "k0", "j0"),  # SPADE without barrier: a row tile walks its panels
+    ("k1", "j1", "i1", "i0", "j0", "k0"),  # GPU, panels in parallel: one output element per thread
+    ("j1", "i1", "i0", "j0", "k1", "k0"),  # GPU, panels serial in the thread
+    ("k1", "i1", "i0", "k0", "j1", "j0"),  # GPU SDDMM: per nonzero, a dot over dense chunks
 )
-# With one panel, orders 1-3 are the same program as order 0 (k1 has one
-# iteration); the rest stay distinct.
-CSR_ORDERS: tuple[tuple[str, ...], ...] = tuple(PANEL_ORDERS[n] for n in (0, 4, 5, 6, 7))
+
+
+def _without_k1(order: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(name for name in order if name != "k1")
+
+
+# With one panel, k1 has one iteration and orders that differ only in where k1 sits are
+# the same program: keep the first of each.
+CSR_ORDERS: tuple[tuple[str, ...], ...] = tuple(
+    order for n, order in enumerate(PANEL_ORDERS)
+    if _without_k1(order) not in {_without_k1(o) for o in PANEL_ORDERS[:n]})
 
 
 def _vectorizable(order: tuple[str, ...]) -> bool:
@@ -79,6 +101,7 @@ class CPUConfig(Config):
 
     i_tile: int
     k_panel: int
+    k_parts: int
     j_tile: int
     loop_order: tuple[str, ...]
     vector: int
@@ -86,11 +109,16 @@ class CPUConfig(Config):
     parallel: bool
     chunk: int
 
+    @property
+    def single_panel(self) -> bool:
+        """Plain CSR: no column panels at all (the kernel has no k1 loop)."""
+        return self.k_panel == 0 and self.k_parts == 1
+
     def panel_width(self, cols: int) -> int:
         """Column-panel width used on a matrix with `cols` columns (cols = one panel)."""
         cols = max(1, int(cols))
         if self.k_panel == 0:
-            return cols
+            return -(-cols // max(1, self.k_parts))
         return min(cols, max(self.k_panel, -(-cols // MAX_PANELS)))
 
     def dense_tile(self, feat: int) -> int:
@@ -126,7 +154,7 @@ class CPUSpace(Space):
         The textbook CSR kernel (what a hand-written OpenMP SpMM does), with the
         widest vector and dense tile: one row per parallel iteration, no panels.
         """
-        return CPUConfig(i_tile=1, k_panel=0, j_tile=128, loop_order=PANEL_ORDERS[6], vector=16,
+        return CPUConfig(i_tile=1, k_panel=0, k_parts=1, j_tile=128, loop_order=PANEL_ORDERS[6], vector=16,
                          unroll=False, parallel=True, chunk=0)
 
     def check(self, config: CPUConfig) -> None:
@@ -136,13 +164,17 @@ class CPUSpace(Space):
         rules = [
             (config.i_tile in I_TILES, f"i_tile {config.i_tile} not in {I_TILES}"),
             (config.k_panel in K_PANELS, f"k_panel {config.k_panel} not in {K_PANELS}"),
+            (config.k_parts in (K_PARTS if config.k_panel == 0 else (1,)),
+             f"k_parts {config.k_parts} must be in {K_PARTS} without a panel width, else 1"),
             (config.j_tile in J_TILES, f"j_tile {config.j_tile} not in {J_TILES}"),
-            (order in (CSR_ORDERS if config.k_panel == 0 else PANEL_ORDERS),
+            (order in (CSR_ORDERS if config.single_panel else PANEL_ORDERS),
              f"loop order {order} is not one of the "
-             f"{'plain-CSR' if config.k_panel == 0 else 'column-panel'} orders"),
+             f"{'plain-CSR' if config.single_panel else 'column-panel'} orders"),
             (config.vector in (VECTORS if _vectorizable(order) else (1,)),
              f"vector {config.vector} must be in {VECTORS} when j0 is innermost, else 1 "
              f"(loop order {order})"),
+            (config.vector <= config.j_tile,
+             f"vector {config.vector} is wider than the dense tile j_tile {config.j_tile}"),
             (not config.unroll or config.j_tile > config.vector > 1,
              f"unroll needs more than one vector per dense tile (j_tile {config.j_tile}, "
              f"vector {config.vector})"),
@@ -165,17 +197,22 @@ class CPUSpace(Space):
                          float(config.chunk)], dtype=np.float32)
 
 
+def _column_options():
+    """(k_panel, k_parts) pairs: plain CSR, panels by width, panels by count."""
+    return [(0, parts) for parts in K_PARTS] + [(width, 1) for width in K_PANELS if width]
+
+
 def _enumerate():
     """Every valid config in a fixed order."""
     parallel_options = [(False, 0)] + [(True, c) for c in CHUNKS]
-    for k_panel in K_PANELS:
-        orders = CSR_ORDERS if k_panel == 0 else PANEL_ORDERS
+    for k_panel, k_parts in _column_options():
+        orders = CSR_ORDERS if (k_panel, k_parts) == (0, 1) else PANEL_ORDERS
         for i_tile, j_tile, order in itertools.product(I_TILES, J_TILES, orders):
             if _vectorizable(order):
-                knobs = [(v, u) for v in VECTORS for u in (False, True) if not u or j_tile > v]
+                knobs = [(v, u) for v in VECTORS if v <= j_tile for u in (False, True) if not u or j_tile > v]
             else:
                 knobs = [(1, False)]
             for (vector, unroll), (parallel, chunk) in itertools.product(knobs, parallel_options):
-                yield CPUConfig(i_tile=i_tile, k_panel=k_panel, j_tile=j_tile, loop_order=order,
-                                vector=vector, unroll=unroll, parallel=parallel, chunk=chunk)
-
+                yield CPUConfig(i_tile=i_tile, k_panel=k_panel, k_parts=k_parts, j_tile=j_tile,
+                                loop_order=order, vector=vector, unroll=unroll, parallel=parallel,
+                                chunk=chunk)
