@@ -1,6 +1,8 @@
 """Measurement datasets: resumable collection, failures as rows, grouping, splits, versioning."""
 import json
 
+import cognate_tvm
+
 import numpy as np
 import pytest
 
@@ -115,5 +117,6 @@ def test_extras_and_backend_metadata_are_kept(tmp_path):
             progress=False)
     frame = load_frame(tmp_path)
     assert [json.loads(e)["cycles"] for e in frame["extra"][:3]] == [1000, 2000, 3000]
-    assert json.loads(frame["backend"].iloc[0]) == {"target": "fake", "machine": "test-box"}
+    assert json.loads(frame["backend"].iloc[0]) == {"target": "fake", "machine": "test-box",
+                                                   "cognate_tvm": cognate_tvm.__version__}
     assert frame["correct"].tolist() == [True] * len(frame)

@@ -1,23 +1,29 @@
 """Measurement datasets: collection, storage as parquet, grouping and splitting.
 
-A dataset is a directory of parquet files, one per (matrix, op, feat, platform)
-measured, plus ``meta.json`` (format version). Each part file is written to a
-temporary name and renamed, so a killed collection never leaves half a part,
-and a rerun skips the parts already there. `load_frame` reads all parts into
-one pandas DataFrame with the columns of `COLUMNS`:
+A dataset is a directory of parquet files, one per task measured (a matrix, an
+op, a dense width, a platform and one chunk of configs), plus ``meta.json``
+(format version). Each part file is written to a temporary name and renamed,
+so a killed collection never leaves half a part, and a rerun skips the parts
+already there: nothing finished is lost and nothing is measured twice. Tasks
+run on an executor (`cognate_tvm.executors`: this process, or a cluster).
+`load_frame` reads all parts into one pandas DataFrame with the columns of
+`COLUMNS`:
 
-``matrix`` (name), ``matrix_hash`` (content hash of the pattern), ``op``,
+``matrix`` (name), ``matrix_hash`` (content hash of the pattern), ``rows``,
+``cols``, ``nnz``, ``op``,
 ``platform``, ``target``, ``feat``, ``config`` (the config's JSON form),
 ``time_ms`` (NaN when the config failed), ``error`` (None or the message),
 ``correct`` (the output check: True/False, or None when not checked), ``extra``
 (JSON of the backend's per-config extras, e.g. simulated cycles and their
-breakdown) and ``backend`` (JSON of `Backend.metadata()`: where and how it was
-measured, so datasets from many machines can be merged).
+breakdown), ``backend`` (JSON of `Backend.metadata()`: where and how it was
+measured, with the package and backend versions, so datasets from many
+machines can be merged) and ``timestamp`` (UTC, ISO 8601, when the task ended).
 
 Per-config failures are stored as rows with an error; they never stop a sweep.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -26,21 +32,22 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from . import __version__
 from .errors import ModelVersionError, ShapeError
 from .ops import Op, get_op
 from .space.base import Config, Space
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
-COLUMNS = ("matrix", "matrix_hash", "op", "platform", "target", "feat", "config", "time_ms", "error",
-           "correct", "extra", "backend")
+FORMAT_VERSION = 2
+COLUMNS = ("matrix", "matrix_hash", "rows", "cols", "nnz", "op", "platform", "target", "feat", "config",
+           "time_ms", "error", "correct", "extra", "backend", "timestamp")
 META_FILE = "meta.json"
 
 
@@ -77,10 +84,11 @@ class Group:
                      self.times_ms[keep])
 
 
-def _part_name(matrix: str, op: str, feat: int, platform: str) -> str:
+def _part_name(matrix: str, op: str, feat: int, platform: str, chunk: int | None = None) -> str:
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", matrix)[:80]
-    tag = hashlib.sha1(f"{matrix}|{op}|{feat}|{platform}".encode()).hexdigest()[:10]
-    return f"{safe}-{op}-{feat}-{platform}-{tag}.parquet"
+    suffix = "" if chunk is None else f"-c{chunk}"
+    tag = hashlib.sha1(f"{matrix}|{op}|{feat}|{platform}{suffix}".encode()).hexdigest()[:10]
+    return f"{safe}-{op}-{feat}-{platform}{suffix}-{tag}.parquet"
 
 
 def _check_meta(path: Path, *, create: bool) -> None:
@@ -120,57 +128,122 @@ def _build(item) -> sp.csr_matrix:
     return item.build() if hasattr(item, "build") else item
 
 
+@dataclass(frozen=True)
+class MeasureTask:
+    """One unit of collection: a chunk of configs of one matrix, written as one part."""
+
+    name: str
+    source: object              # a CSR matrix, or a recipe with .build() (e.g. a CorpusEntry)
+    op: str
+    feat: int
+    configs: tuple[Config, ...]
+    part: str                   # file name of its Parquet part
+    check: bool = False
+    seed: int = 0
+
+
+# The last matrix built in this process: consecutive chunks of one matrix reuse it.
+_LAST_BUILT: dict[tuple, sp.csr_matrix] = {}
+
+
+def _task_matrix(task: MeasureTask) -> sp.csr_matrix:
+    source = task.source
+    key = (task.name, source if isinstance(source, Hashable) else id(source))
+    if key not in _LAST_BUILT:
+        _LAST_BUILT.clear()
+        _LAST_BUILT[key] = sp.csr_matrix(_build(source))
+    return _LAST_BUILT[key]
+
+
+def run_task(backend, task: MeasureTask) -> pd.DataFrame:
+    """Measure one task with `backend`; its rows as a DataFrame of `COLUMNS` (a pure function)."""
+    import datetime
+
+    matrix = _task_matrix(task)
+    results = backend.measure(get_op(task.op), matrix, list(task.configs), task.feat, check=task.check,
+                              seed=task.seed)
+    if len(results) != len(task.configs):
+        raise ShapeError(f"{type(backend).__name__}.measure returned {len(results)} results "
+                         f"for {len(task.configs)} configs on {task.name!r}")
+    metadata = backend.metadata() if hasattr(backend, "metadata") else {"target": backend.target}
+    metadata["cognate_tvm"] = __version__
+    frame = pd.DataFrame({
+        "matrix": task.name, "matrix_hash": matrix_hash(matrix), "rows": int(matrix.shape[0]),
+        "cols": int(matrix.shape[1]), "nnz": int(matrix.nnz), "op": task.op, "platform": backend.platform,
+        "target": backend.target, "feat": int(task.feat),
+        "config": [r.config.to_json() for r in results],
+        "time_ms": [float(r.time_ms) if r.ok else np.nan for r in results],
+        "error": [None if r.ok else (r.error or "output check failed") for r in results],
+        "correct": [r.correct for r in results],
+        "extra": [json.dumps(r.extra, sort_keys=True, default=str) for r in results],
+        "backend": json.dumps(metadata, sort_keys=True, default=str),
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }, columns=list(COLUMNS))
+    frame["error"] = frame["error"].astype(object)
+    frame["correct"] = frame["correct"].astype(object)
+    return frame
+
+
+def plan_tasks(op: str | Op, platform: str, matrices: Mapping[str, object] | Iterable, configs, *, feat: int,
+               check: bool = False, seed: int = 0, chunk: int | None = None) -> list[MeasureTask]:
+    """The tasks of a collection (see `collect` for the arguments); chunk=None: one task per matrix."""
+    op = get_op(op)
+    items = list(matrices.items()) if isinstance(matrices, Mapping) else [(m.name, m) for m in matrices]
+    if chunk is not None and int(chunk) < 1:
+        raise ValueError(f"chunk must be >= 1 config, got {chunk}")
+    tasks = []
+    for name, item in items:
+        if isinstance(configs, Mapping):
+            chosen = list(configs[name])
+        elif callable(configs):
+            chosen = list(configs(name, _build(item)))
+        else:
+            chosen = list(configs)
+        pieces = [(None, chosen)] if chunk is None else [
+            (n, chosen[start:start + chunk]) for n, start in enumerate(range(0, len(chosen), chunk))]
+        for index, piece in pieces:
+            tasks.append(MeasureTask(name, item, op.name, int(feat), tuple(piece),
+                                     _part_name(name, op.name, feat, platform, index), check, seed))
+    return tasks
+
+
 def collect(backend, op: str | Op, matrices: Mapping[str, object] | Iterable, configs, path: str | os.PathLike,
-            *, feat: int, check: bool = False, seed: int = 0, progress: bool = True) -> Path:
+            *, feat: int, check: bool = False, seed: int = 0, progress: bool = True, chunk: int | None = None,
+            executor=None) -> Path:
     """Measure `configs` of every matrix with `backend` and append them to the dataset at `path`.
 
     Parameters
     ----------
-    backend : cognate_tvm.backends.Backend
+    backend : cognate_tvm.backends.Backend (picklable, for executors that ship it to workers)
     op : "spmm", "sddmm" or an Op.
     matrices : mapping name -> CSR matrix (or an object with ``.build()``, e.g. a
         `CorpusEntry`), or an iterable of objects with ``.name`` and ``.build()``.
-    configs : a sequence of configs, or a callable ``(name, matrix) -> configs``
-        (e.g. a seeded per-matrix sample of the space).
-    path : dataset directory; created if missing. Matrices already there are skipped.
+    configs : a sequence of configs for every matrix, a mapping name -> configs, or a
+        callable ``(name, matrix) -> configs`` (e.g. a seeded per-matrix sample).
+    path : dataset directory; created if missing. Tasks whose part exists are skipped.
     feat : dense width N.
+    chunk : configs per task (one Parquet part each); None = one task per matrix.
+    executor : an `cognate_tvm.executors.Executor` or its kind (default: this process).
 
-    Returns the dataset path. Each finished matrix is written atomically, so a
+    Returns the dataset path. Each finished task is written atomically, so a
     killed run resumes where it stopped.
     """
     from tqdm.auto import tqdm
 
-    op = get_op(op)
+    from .executors import create as create_executor
+
     path = Path(path)
     _check_meta(path, create=True)
-    items = list(matrices.items()) if isinstance(matrices, Mapping) else [(m.name, m) for m in matrices]
-    platform = backend.platform
-    metadata = backend.metadata() if hasattr(backend, "metadata") else {"target": backend.target}
-    backend_meta = json.dumps(metadata, sort_keys=True, default=str)
-    todo = [(name, item) for name, item in items
-            if not (path / _part_name(name, op.name, feat, platform)).exists()]
-    logger.info("collect: %d of %d matrices to measure into %s", len(todo), len(items), path)
-    for name, item in tqdm(todo, desc=f"collect {op.name}/{platform}", disable=not progress):
-        matrix = _build(item)
-        chosen = list(configs(name, matrix) if callable(configs) else configs)
-        results = backend.measure(op, matrix, chosen, feat, check=check, seed=seed)
-        if len(results) != len(chosen):
-            raise ShapeError(f"{type(backend).__name__}.measure returned {len(results)} results "
-                             f"for {len(chosen)} configs on {name!r}")
-        digest = matrix_hash(matrix)
-        frame = pd.DataFrame({
-            "matrix": name, "matrix_hash": digest, "op": op.name, "platform": platform,
-            "target": backend.target, "feat": int(feat),
-            "config": [r.config.to_json() for r in results],
-            "time_ms": [float(r.time_ms) if r.ok else np.nan for r in results],
-            "error": [r.error if not r.ok else None for r in results],
-            "correct": [r.correct for r in results],
-            "extra": [json.dumps(r.extra, sort_keys=True, default=str) for r in results],
-            "backend": backend_meta,
-        }, columns=list(COLUMNS))
-        frame["error"] = frame["error"].astype(object)
-        frame["correct"] = frame["correct"].astype(object)
-        _write_part(path / _part_name(name, op.name, feat, platform), frame)
+    tasks = plan_tasks(op, backend.platform, matrices, configs, feat=feat, check=check, seed=seed, chunk=chunk)
+    todo = [t for t in tasks if not (path / t.part).exists()]
+    logger.info("collect: %d of %d tasks to measure into %s", len(todo), len(tasks), path)
+    runner = create_executor(executor or "local")
+    bar = tqdm(total=sum(len(t.configs) for t in todo), desc=f"collect {get_op(op).name}/{backend.platform}",
+               unit="config", disable=not progress)
+    with bar:
+        for task, frame in runner.run(functools.partial(run_task, backend), todo):
+            _write_part(path / task.part, frame)
+            bar.update(len(task.configs))
     return path
 
 

@@ -111,7 +111,12 @@ class LLVMBackend(Backend):
 
     def metadata(self) -> dict:
         out = super().metadata()
-        out.update({"num_threads": self.num_threads, "llvm_target": str(self._target)})
+        import tvm
+
+        from ..kernels.cpu import GENERATOR_VERSION
+
+        out.update({"num_threads": self.num_threads, "llvm_target": str(self._target), "tvm": tvm.__version__,
+                    "kernel_generator": GENERATOR_VERSION})
         return out
 
     def kernel(self, op: str | Op, config: CPUConfig, feat: int):
@@ -195,7 +200,7 @@ class _Run:
     def _sparse_operand(self, config: CPUConfig):
         from ..kernels.cpu import prepare_sparse
 
-        key = (config.k_panel == 0, config.panel_width(self.matrix.shape[1]))
+        key = (config.single_panel, config.panel_width(self.matrix.shape[1]))
         if key not in self._sparse:
             self._sparse[key] = prepare_sparse(self.op, self.matrix, config)
         return self._sparse[key]

@@ -1,0 +1,131 @@
+"""Collect a training dataset: measure sampled configs of many matrices on one target.
+
+    python -m cognate_tvm.collect --target {llvm,spade,cuda} --op {spmm,sddmm}
+        --corpus synthetic:N[:SEED]|DIR --configs-per-matrix C --out DIR
+        [--seed S] [--feat N[,N...]] [--pool P] [--chunk K] [--min-rows R] [--max-rows R]
+        [--threads T] [--repeats R] [--timeout S] [--check] [--quiet]
+
+Each matrix gets its own seeded sample of C configs, plus the platform's
+baseline config. With ``--pool P`` the samples are drawn from one seeded pool of
+P configs that covers every value of every knob (`Space.sample_covering`), so a
+compiled target (llvm) builds P kernels once instead of new ones for every
+matrix; without it each matrix's sample covers every knob value on its own.
+Several dense widths (``--feat 32,128``) are dealt to the matrices in turn, so
+the data teaches how the best config moves with N.
+Results go to a Parquet dataset (`cognate_tvm.data`): one part per chunk of K
+configs, written atomically, so a run killed at any point (even with -9)
+resumes where it stopped when started again with the same arguments, losing
+and duplicating nothing. A failing config is recorded with its error and the
+sweep goes on. `cognate_tvm.data.load_frame(DIR)` reads the result.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import zlib
+from typing import Sequence
+
+import numpy as np
+
+from . import backends, space
+from .data import collect, load_frame
+from .errors import CognateError
+from .matrix.corpus import load_corpus
+from .ops import OPS
+
+log = logging.getLogger(__name__)
+
+
+def config_sample(platform_space: space.Space, count: int, seed: int, name: str,
+                  pool: Sequence[space.Config] | None = None) -> list[space.Config]:
+    """The baseline plus `count` configs, seeded by (seed, matrix name): drawn from `pool`
+    when given, else a sample of the whole space that covers every knob value."""
+    sub_seed = [int(seed), zlib.crc32(name.encode())]
+    if pool is None:
+        sample = platform_space.sample_covering(count, seed=sub_seed)
+    else:
+        rng = np.random.default_rng(sub_seed)
+        sample = [pool[i] for i in sorted(rng.choice(len(pool), size=min(count, len(pool)), replace=False))]
+    baseline = platform_space.baseline()
+    return [baseline] + [c for c in sample if c != baseline]
+
+
+def parse_feats(text: str) -> list[int]:
+    """'128' or '32,128' -> dense widths (each >= 1)."""
+    try:
+        feats = [int(part) for part in str(text).split(",")]
+    except ValueError:
+        raise ValueError(f"--feat must be N or N,N,... with integers, got {text!r}") from None
+    if not feats or min(feats) < 1:
+        raise ValueError(f"--feat widths must be >= 1, got {text!r}")
+    return feats
+
+
+def backend_options(args: argparse.Namespace) -> dict:
+    """Timing options for the llvm target (other targets take none)."""
+    if args.target != "llvm":
+        return {}
+    # warmup 0: the backend's first (untimed) call already warms caches and pages.
+    return {"num_threads": args.threads, "warmup": 0, "repeats": args.repeats, "min_seconds": 0.002,
+            "timeout_s": args.timeout}
+
+
+def run(args: argparse.Namespace) -> dict:
+    if args.configs_per_matrix < 1:
+        raise ValueError(f"--configs-per-matrix must be >= 1, got {args.configs_per_matrix}")
+    feats = parse_feats(args.feat)
+    if args.pool < 0:
+        raise ValueError(f"--pool must be >= 0 (0: no pool), got {args.pool}")
+    corpus = load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows)
+    backend = backends.create(args.target, **backend_options(args))
+    platform_space = space.create(backend.platform, args.op)
+    pool = platform_space.sample_covering(args.pool, seed=args.seed) if args.pool else None
+    configs = {entry.name: config_sample(platform_space, args.configs_per_matrix, args.seed, entry.name, pool)
+               for entry in corpus}
+    for n, feat in enumerate(feats):
+        collect(backend, args.op, corpus[n::len(feats)], configs, args.out, feat=feat, check=args.check,
+                seed=args.seed, progress=not args.quiet, chunk=args.chunk)
+    frame = load_frame(args.out)
+    frame = frame[(frame["op"] == args.op) & (frame["platform"] == backend.platform)]
+    return {"out": str(args.out), "matrices": int(frame["matrix"].nunique()), "rows": int(len(frame)),
+            "failed": int(frame["time_ms"].isna().sum())}
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m cognate_tvm.collect", description=__doc__.split("\n")[0])
+    parser.add_argument("--target", required=True, choices=backends.TARGETS)
+    parser.add_argument("--op", required=True, choices=sorted(OPS))
+    parser.add_argument("--corpus", required=True, help="synthetic:N[:SEED] or a directory of matrix files")
+    parser.add_argument("--configs-per-matrix", type=int, required=True, help="sampled configs per matrix")
+    parser.add_argument("--out", required=True, help="dataset directory (created; resumed if it exists)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the config samples and dense inputs")
+    parser.add_argument("--feat", default="128", help="dense width N, or N,N,... dealt to the matrices in turn")
+    parser.add_argument("--pool", type=int, default=0,
+                        help="draw every matrix's configs from one knob-covering pool of P configs (0: none)")
+    parser.add_argument("--chunk", type=int, default=25, help="configs per Parquet part (default 25)")
+    parser.add_argument("--min-rows", type=int, default=1000, help="synthetic corpus: smallest matrix")
+    parser.add_argument("--max-rows", type=int, default=1_000_000, help="synthetic corpus: largest matrix")
+    parser.add_argument("--threads", type=int, default=None, help="llvm: threads (default: all cores)")
+    parser.add_argument("--repeats", type=int, default=3, help="llvm: timed repeats per config (median)")
+    parser.add_argument("--timeout", type=float, default=5.0, help="llvm: seconds one kernel call may take")
+    parser.add_argument("--check", action="store_true", help="compare each output with scipy")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        report = run(args)
+    except (CognateError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Corpus specs: which matrices a collection or an experiment runs on.
+
+A spec is either ``synthetic:N[:SEED]`` (N generated matrices from every
+family, log-uniform sizes, see `generate_corpus`) or a directory of matrix
+files (.mtx, .npz, edge lists ``.edges``/``.txt``/``.el``), read lazily.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import scipy.sparse as sp
+
+from ..errors import CognateError
+from .generators import CorpusEntry, generate_corpus
+from .io import load_matrix
+
+MATRIX_SUFFIXES = (".mtx", ".npz", ".edges", ".el", ".txt")
+_SYNTHETIC = re.compile(r"^synthetic:(\d+)(?::(\d+))?$")
+
+
+class CorpusSpecError(CognateError, ValueError):
+    """A corpus spec that is neither ``synthetic:N[:SEED]`` nor a directory of matrices."""
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A matrix file of a corpus directory, read when built."""
+
+    name: str
+    path: str
+
+    def build(self) -> sp.csr_matrix:
+        return load_matrix(self.path)
+
+
+def load_corpus(spec: str | os.PathLike, *, min_rows: int = 1000, max_rows: int = 1_000_000
+                ) -> list[CorpusEntry | FileEntry]:
+    """The entries (each with ``.name`` and ``.build()``) of corpus `spec`, in a fixed order."""
+    text = str(spec)
+    match = _SYNTHETIC.match(text)
+    if match:
+        count, seed = int(match.group(1)), int(match.group(2) or 0)
+        if count < 1:
+            raise CorpusSpecError(f"corpus {text!r}: N must be >= 1")
+        if not 1 <= min_rows <= max_rows:
+            raise CorpusSpecError(f"corpus sizes need 1 <= min_rows <= max_rows, got {min_rows}, {max_rows}")
+        return generate_corpus(count, seed=seed, min_rows=min_rows, max_rows=max_rows)
+    if text.startswith("synthetic"):
+        raise CorpusSpecError(f"corpus {text!r}: expected 'synthetic:N' or 'synthetic:N:SEED' with integers")
+    path = Path(text)
+    if not path.is_dir():
+        raise CorpusSpecError(f"corpus {text!r} is neither 'synthetic:N[:SEED]' nor an existing directory")
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in MATRIX_SUFFIXES)
+    if not files:
+        raise CorpusSpecError(f"corpus directory {path} holds no matrix files ({', '.join(MATRIX_SUFFIXES)})")
+    return [FileEntry(p.stem, str(p)) for p in files]

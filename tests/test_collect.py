@@ -1,0 +1,110 @@
+"""The collect CLI: a resumable, chunked dataset that survives kill -9 and bad input."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from cognate_tvm import space
+from cognate_tvm.collect import config_sample, main
+from cognate_tvm.data import collect, load_frame
+from cognate_tvm.matrix.corpus import CorpusSpecError, load_corpus
+from cognate_tvm.matrix import generate, save_matrix
+from toy_space import FakeBackend, ToySpace
+
+ARGS = ["--target", "spade", "--op", "spmm", "--configs-per-matrix", "12", "--chunk", "5",
+        "--max-rows", "3000", "--quiet"]
+
+
+def _expected_rows(corpus: str, seed: int = 0) -> set[tuple[str, str]]:
+    spade = space.create("spade", "spmm")
+    return {(e.name, c.to_json()) for e in load_corpus(corpus, max_rows=3000)
+            for c in config_sample(spade, 12, seed, e.name)}
+
+
+def test_cli_writes_expected_rows_and_metadata(tmp_path, capsys):
+    out = tmp_path / "ds"
+    assert main(ARGS + ["--corpus", "synthetic:3:5", "--out", str(out), "--feat", "16,32"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    frame = load_frame(out)
+    assert report == {"out": str(out), "matrices": 3, "rows": len(frame), "failed": 0}
+    assert {(m, c) for m, c in zip(frame["matrix"], frame["config"])} == _expected_rows("synthetic:3:5")
+    assert len(frame) == len(_expected_rows("synthetic:3:5"))   # no duplicates
+    assert sorted(frame.groupby("matrix")["feat"].first()) == [16, 16, 32]
+    assert (frame["nnz"] > 0).all() and (frame["rows"] >= 1000).all()
+    meta = json.loads(frame["backend"].iloc[0])
+    assert meta["platform"] == "spade" and "model_version" in meta and "cognate_tvm" in meta
+    assert frame["timestamp"].str.match(r"\d{4}-\d\d-\d\dT").all()
+    # parts per chunk: 13 configs (12 + baseline) in chunks of 5 -> 3 parts per matrix
+    assert len(list(out.glob("*.parquet"))) == 3 * 3
+    # a rerun measures nothing new and leaves the data as it was
+    assert main(ARGS + ["--corpus", "synthetic:3:5", "--out", str(out), "--feat", "16,32"]) == 0
+    assert load_frame(out).sort_values(["matrix", "config"]).reset_index(drop=True).equals(
+        frame.sort_values(["matrix", "config"]).reset_index(drop=True))
+
+
+def test_kill_9_then_resume_loses_and_duplicates_nothing(tmp_path):
+    out = tmp_path / "ds"
+    corpus = "synthetic:16:9"
+    cmd = [sys.executable, "-m", "cognate_tvm.collect", *ARGS, "--corpus", corpus, "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(list(out.glob("*.parquet"))) < 4:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    written = len(list(out.glob("*.parquet")))
+    assert 4 <= written < 16 * 3, "the kill should land mid-run"
+    assert subprocess.run(cmd, capture_output=True).returncode == 0
+    frame = load_frame(out)
+    keys = list(zip(frame["matrix"], frame["config"]))
+    assert len(keys) == len(set(keys)) and set(keys) == _expected_rows(corpus)
+    assert not [p for p in os.listdir(out) if p.startswith(".")], "half-written parts left behind"
+
+
+def test_failing_configs_are_rows_and_chunks_resume(tmp_path):
+    toy = ToySpace("spmm")
+    mats = {f"m{n}": generate("banded", 100 + n, seed=n) for n in range(3)}
+    backend = FakeBackend(toy, fail_every=4)
+    collect(backend, "spmm", mats, toy.configs()[:10], tmp_path, feat=8, progress=False, chunk=3)
+    frame = load_frame(tmp_path)
+    assert len(frame) == 30 and len(list(tmp_path.glob("*.parquet"))) == 3 * 4
+    # FakeBackend fails the first config of every call: one per chunk
+    assert frame["error"].notna().sum() == 3 * 4 and frame.loc[frame["error"].notna(), "time_ms"].isna().all()
+    calls = len(backend.calls)
+    collect(backend, "spmm", mats, toy.configs()[:10], tmp_path, feat=8, progress=False, chunk=3)
+    assert len(backend.calls) == calls
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--corpus", "/no/such/dir"], "neither 'synthetic:N[:SEED]' nor an existing directory"),
+    (["--corpus", "synthetic:x"], "expected 'synthetic:N'"),
+    (["--corpus", "synthetic:2", "--feat", "0"], "--feat widths must be >= 1"),
+    (["--corpus", "synthetic:2", "--feat", "a,b"], "--feat must be N or N,N"),
+    (["--corpus", "synthetic:2", "--pool", "-1"], "--pool must be >= 0"),
+])
+def test_bad_arguments_exit_2_with_a_clear_message(tmp_path, capsys, extra, message):
+    assert main(ARGS + ["--out", str(tmp_path / "ds")] + extra) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_directory_corpus_and_empty_directory(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CorpusSpecError, match="holds no matrix files"):
+        load_corpus(tmp_path / "empty")
+    save_matrix(generate("rmat", 300, seed=1), tmp_path / "g.mtx")
+    entries = load_corpus(tmp_path)
+    assert [e.name for e in entries] == ["g"] and entries[0].build().shape == (300, 300)
+
+
+def test_pool_sample_is_seeded_per_matrix():
+    cpu = space.create("cpu", "spmm")
+    pool = cpu.sample_covering(200, seed=0)
+    a, b = config_sample(cpu, 50, 0, "a", pool), config_sample(cpu, 50, 0, "b", pool)
+    assert a[0] == cpu.baseline() and set(a[1:]) <= set(pool) and a != b
+    assert a == config_sample(cpu, 50, 0, "a", pool)
+    assert np.all([c in pool or c == cpu.baseline() for c in b])
