@@ -6,7 +6,9 @@ src/spade) are compiled by CMake and placed next to the Python package, so
 """
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,19 +38,73 @@ class CMakeBuild(build_ext):
         build_dir = Path(self.build_temp).resolve() / "cmake"
         build_dir.mkdir(parents=True, exist_ok=True)
         config = "Debug" if self.debug else "Release"
+        ninja = shutil.which("ninja")
+        if ninja is None:
+            raise RuntimeError("ninja is not on PATH: install the build requirements of pyproject.toml "
+                               "(pip does this unless --no-build-isolation is given)")
         configure = [
             "cmake", str(ROOT), "-G", "Ninja",
+            f"-DCMAKE_MAKE_PROGRAM={ninja}",
             f"-DCMAKE_BUILD_TYPE={config}",
             f"-DPython_EXECUTABLE={sys.executable}",
             f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
             f"-DCOGNATE_OUTPUT_DIR={out_path.parent}",
         ]
-        if not (build_dir / "CMakeCache.txt").exists():
+        # One CMake tree serves every extension of this build. A tree configured by
+        # another build (an isolated build environment that pip has since deleted, an
+        # editable install writing elsewhere) caches stale paths: start it afresh.
+        stamp = build_dir / "cognate-configure.json"
+        if not (build_dir / "CMakeCache.txt").exists() or not stamp.is_file() \
+                or json.loads(stamp.read_text()) != configure:
+            shutil.rmtree(build_dir)
+            build_dir.mkdir(parents=True)
             subprocess.run(configure, cwd=build_dir, check=True)
+            stamp.write_text(json.dumps(configure))
         jobs = str(os.cpu_count() or 1)
         subprocess.run(["cmake", "--build", ".", "--target", ext.target, "-j", jobs],
                        cwd=build_dir, check=True)
 
+
+# Runtime dependencies, as ranges: what `pip install .` (and any project that depends
+# on this one) needs. requirements.txt pins the exact versions CI runs.
+INSTALL_REQUIRES = [
+    # tvm.tirx / tvm.s_tir module names and the TensorIR syntax the kernels use are 0.27's.
+    "apache-tvm>=0.27.0,<0.28",
+    # 0.1.15.x segfaults MetaSchedule in tvm::ffi::ToJSONGraph when a TuneContext gets a space generator.
+    "apache-tvm-ffi>=0.1.14,<0.1.15",
+    # MetaSchedule's LocalBuilder imports psutil; apache-tvm does not declare it.
+    "psutil>=5.9,<8",
+    # MetaSchedule pickles runner callables into its worker processes.
+    "cloudpickle>=3.0,<4",
+    # The newest tested torch is 2.13. On Linux, PyPI's torch wheels are the CUDA
+    # builds (several GB with their nvidia-* dependencies); a CPU-only user installs
+    # torch from https://download.pytorch.org/whl/cpu first (see the README).
+    "torch>=2.4,<2.14",
+    "numpy>=2.0,<3",
+    "scipy>=1.15,<2",  # scipy.sparse.random_array(..., rng=)
+    "pandas>=2.2,<4",
+    "pyarrow>=15",
+    "tqdm>=4.64,<5",
+    "pyamg>=5.0,<6",  # stencil and Poisson matrix generators
+    # The XGBoost ranking baseline. `xgboost-cpu` is the same `import xgboost` without
+    # the 469 MB NCCL dependency; it ships wheels for Linux and Windows only.
+    "xgboost-cpu>=2.1,<4; platform_system == 'Linux' or platform_system == 'Windows'",
+    "xgboost>=2.1,<4; platform_system != 'Linux' and platform_system != 'Windows'",
+]
+
+EXTRAS_REQUIRE = {
+    # The test suite and the benchmarks' plots.
+    "dev": ["pytest>=8", "matplotlib>=3.8,<4"],
+    # Intel MKL as the CPU vendor baseline (x86-64 only; without it scipy is the reference).
+    "mkl": ["sparse_dot_mkl>=0.9,<1; platform_machine == 'x86_64' or platform_machine == 'AMD64'",
+            "mkl>=2024; platform_machine == 'x86_64' or platform_machine == 'AMD64'"],
+    # Scale-out: a Ray cluster for collection, TVM's RPC tracker (tvm.exec.rpc_tracker needs tornado).
+    "distributed": ["ray>=2.9,<3", "tornado>=6.0,<7"],
+    # Running the cuda target: the CUDA 13 runtime that TVM's CUDA module loads and NVRTC
+    # (through cuda-bindings) to compile device code; the NVIDIA driver comes from the system.
+    # Not yet exercised on a GPU (see the README's GPU section).
+    "gpu": ["nvidia-cuda-runtime>=13,<14", "nvidia-cuda-nvrtc>=13,<14", "cuda-bindings>=13,<14"],
+}
 
 setup(
     name="cognate-tvm",
@@ -56,13 +112,18 @@ setup(
     description="Learned, transferable cost model for sparse tensor programs (COGNATE) as a TVM plugin",
     package_dir={"": "python"},
     packages=find_packages("python"),
-    package_data={"cognate_tvm": ["sample_matrices/*.mtx"]},
+    # The bundled example matrices and the shipped cost models
+    # (pretrained/<op>-<platform>/<file>, see cognate_tvm.model.pretrained).
+    package_data={"cognate_tvm": ["sample_matrices/*", "pretrained/*/*"]},
     python_requires=">=3.10",
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
     ext_modules=[
         CMakeExtension("cognate_tvm._formats", target="_formats"),
         CMakeExtension("cognate_tvm._spade", target="_spade"),
     ],
     cmdclass={"build_ext": CMakeBuild},
-    entry_points={"console_scripts": ["cognate-measure=cognate_tvm.measure:main"]},
+    entry_points={"console_scripts": ["cognate-measure=cognate_tvm.measure:main",
+                                    "cognate-tune=cognate_tvm.tune:main"]},
     zip_safe=False,
 )

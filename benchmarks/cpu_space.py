@@ -2,14 +2,19 @@
 
 On a generated corpus (all families, `cognate_tvm.matrix.generate_corpus`), for
 each op and matrix: the baseline config's time, the best and the worst time
-over the measured configs (the baseline and the best are re-timed side by side
-after the sweep, so the winner's time is not the luckiest of many noisy samples) (the whole space or a seeded sample, the same for
+over the measured configs (the whole space or a seeded sample, the same for
 every matrix, baseline included), and the vendor times (MKL's SpMM through
 sparse_dot_mkl when it is installed, scipy; for SDDMM both use the numpy
 gather-dot, see `cognate_tvm.backends.vendor`), timed in a separate worker
 process that does not load TVM (see `vendor_times`). Reports geomeans of
 MKL / best (speedup of the best config over MKL), baseline / best and
 worst / best, as a markdown table, a CSV and a PNG.
+
+The best config is the fastest one whose output, checked once against scipy
+after the sweep, is right; a wrong one is recorded (`wrong_configs`) and the
+next best is checked. The winner's check runs beside the baseline's, and
+those two side-by-side times are the ones reported, so the winner's time is
+not the luckiest of many noisy samples.
 
     python benchmarks/cpu_space.py --out benchmarks/results/cpu_space            # full
     python benchmarks/cpu_space.py --small --out /tmp/cpu_space_ci                # CI-sized
@@ -95,25 +100,41 @@ def vendor_times(entry, op: str, feat: int, seed: int, threads: int, use_mkl: bo
 
 
 def measure_matrix(entry, op, backend, configs, feat: int, seed: int, vendor_pool, vendor_args) -> dict:
-    """Every config of one matrix (in this process) and the vendors (in `vendor_pool`), in turn."""
+    """Every config of one matrix (in this process) and the vendors (in `vendor_pool`), in turn.
+
+    The sweep times configs without checking them. The winner is the fastest
+    config whose output, checked once against scipy, is right (`pick_checked`):
+    a wrong one is listed in `wrong_configs` and the next best is tried. Its
+    check runs beside the baseline's, and those two fresh, side-by-side times
+    are the ones reported (the sweep's minimum is the luckiest of many noisy
+    timings).
+    """
+    from cognate_tvm.backends.base import pick_checked
+
     matrix = entry.build()
     results = backend.measure(op, matrix, configs, feat, seed=seed)
     times = [r.time_ms for r in results]
-    ok = [(t, n) for n, t in enumerate(times) if t is not None]
     row = {"name": entry.name, "family": entry.family, "permuted": entry.permuted, "op": op,
            "feat": feat, "rows": matrix.shape[0], "cols": matrix.shape[1], "nnz": int(matrix.nnz),
            "times_ms": times, "errors": sum(r.error is not None for r in results),
            "first_error": next((r.error for r in results if r.error), None),
-           "baseline_ms": times[0]}
-    if ok:
-        best, worst = min(ok), max(ok)
-        row.update(best_ms=best[0], best_sweep_ms=best[0], best_config=configs[best[1]].to_dict(),
-                   worst_ms=worst[0], worst_config=configs[worst[1]].to_dict())
-        # The sweep's minimum is the luckiest of many noisy timings; re-time the
-        # baseline and the winner once more, side by side, and report those.
-        confirm = backend.measure(op, matrix, [configs[0], configs[best[1]]], feat, seed=seed)
-        if all(r.ok for r in confirm):
-            row.update(baseline_ms=confirm[0].time_ms, best_ms=confirm[1].time_ms)
+           "baseline_ms": times[0], "wrong_configs": []}
+    pick = pick_checked(backend, op, matrix, results, feat, seed=seed, beside=configs[0])
+    index = {config: n for n, config in enumerate(configs)}
+    row["wrong_configs"] = [{"index": index[r.config], "error": r.error} for r in pick.rejected]
+    for r in pick.rejected:
+        log.warning("%s: config %d rejected as the winner: %s", entry.name, index[r.config], r.error)
+    if pick.best is not None:
+        row.update(best_ms=pick.best.time_ms, best_sweep_ms=times[index[pick.best.config]],
+                   best_config=pick.best.config.to_dict(), best_correct=pick.best.correct,
+                   baseline_ms=pick.beside.time_ms if pick.beside.time_ms is not None else times[0],
+                   baseline_correct=pick.beside.correct)
+        if pick.beside.correct is False:
+            log.warning("%s: the baseline config's output is wrong; its ratios are left out", entry.name)
+        rejected = {r.config for r in pick.rejected}
+        ok = [(r.time_ms, n) for n, r in enumerate(results) if r.ok and r.config not in rejected]
+        worst = max(ok)
+        row.update(worst_ms=worst[0], worst_config=configs[worst[1]].to_dict())
     if vendor_pool is not None:
         row.update(vendor_pool.submit(vendor_times, entry, op, feat, seed, *vendor_args).result())
     return row
@@ -121,13 +142,15 @@ def measure_matrix(entry, op, backend, configs, feat: int, seed: int, vendor_poo
 
 def summarize(rows: list[dict], vendor_names: list[str]) -> dict:
     ratios = {"baseline / best": [r["baseline_ms"] / r["best_ms"] for r in rows
-                                  if r.get("best_ms") and r.get("baseline_ms")],
+                                  if r.get("best_ms") and r.get("baseline_ms")
+                                  and r.get("baseline_correct") is not False],
               "worst / best": [r["worst_ms"] / r["best_ms"] for r in rows if r.get("best_ms")]}
     for name in vendor_names:
         ratios[f"{name} / best"] = [r[f"{name}_ms"] / r["best_ms"] for r in rows
                                     if r.get("best_ms") and r.get(f"{name}_ms")]
         ratios[f"{name} / baseline"] = [r[f"{name}_ms"] / r["baseline_ms"] for r in rows
-                                        if r.get("baseline_ms") and r.get(f"{name}_ms")]
+                                        if r.get("baseline_ms") and r.get(f"{name}_ms")
+                                        and r.get("baseline_correct") is not False]
     return {key: {"geomean": geomean(v), "min": float(np.min(v)) if v else None,
                   "max": float(np.max(v)) if v else None, "matrices": len(v)}
             for key, v in ratios.items()}
@@ -136,7 +159,8 @@ def summarize(rows: list[dict], vendor_names: list[str]) -> dict:
 def write_reports(out: Path, op: str, rows: list[dict], vendor_names: list[str], meta: dict) -> dict:
     summary = summarize(rows, vendor_names)
     columns = ["name", "family", "rows", "nnz", "baseline_ms", "best_ms", "worst_ms"] + \
-        [f"{n}_ms" for n in vendor_names] + ["errors"]
+        [f"{n}_ms" for n in vendor_names] + ["errors", "wrong"]
+    rows = [{**r, "wrong": len(r.get("wrong_configs", []))} for r in rows]
     with open(out / f"{op}_table.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
@@ -243,6 +267,11 @@ def main(argv=None) -> int:
         (args.out / f"{op}_configs.json").write_text(json.dumps([c.to_dict() for c in configs]))
         results_path = args.out / f"{op}_results.jsonl"
         done = load_done(results_path)
+        unchecked = [n for n, r in done.items() if "wrong_configs" not in r]
+        if unchecked:  # rows written before winners were checked against scipy: measure again
+            log.info("%s: %d matrices were picked without checking the winner; measuring them again",
+                     op, len(unchecked))
+            done = {n: r for n, r in done.items() if n not in unchecked}
         stale = [n for n, r in done.items() if r.get("feat") != settings["feat"]
                  or len(r.get("times_ms", [])) != len(configs)]
         if stale:

@@ -1,14 +1,26 @@
-"""Every baseline fits on a source platform, fine-tunes on a target one, and ranks."""
+"""Every baseline fits on a source platform, fine-tunes on a target one, and ranks held-out matrices.
+
+The toy spaces' runtimes are a known function of the matrix and the shared
+coordinates (see toy_space.synthetic_time_ms), so how well a model orders a
+held-out matrix's configs is checked against the right answer, not just for range.
+"""
 import numpy as np
 import pytest
 import torch
 
 from cognate_tvm import baselines
 from cognate_tvm.errors import UnknownKindError
-from cognate_tvm.train import evaluate, pair_accuracy, transfer_experiment
+from cognate_tvm.train import pair_accuracy, transfer_experiment
 from toy_space import ToyAccelSpace, ToySpace, fast_model_config, measured_groups, small_corpus
 
 torch.set_num_threads(1)  # small ops: one thread is faster on a shared 2-core machine
+
+# Ordered-pair accuracy on the held-out target matrices that a learning baseline must
+# reach. Chance is 0.5; the random ranker scores 0.43-0.52 here and the untrained
+# networks 0.27-0.53 (probed over 4 seeds); the trained ones 0.65-0.83.
+LEARNED_PAIR_ACCURACY = 0.6
+LEARNING_KINDS = tuple(k for k in baselines.KINDS if k != "random")
+EPOCHS = {"train.epochs": 60, "train.finetune_epochs": 60}
 
 
 @pytest.fixture(scope="module")
@@ -19,25 +31,37 @@ def setting():
     source, target = ToySpace("spmm"), ToyAccelSpace("spmm")
     src = measured_groups(source, {names[i]: mats[names[i]] for i in order[:10]}, configs_per_matrix=40)
     tgt_train = measured_groups(target, {names[i]: mats[names[i]] for i in order[10:13]}, configs_per_matrix=40)
-    tgt_test = measured_groups(target, {names[i]: mats[names[i]] for i in order[13:]})
+    tgt_test = measured_groups(target, {names[i]: mats[names[i]] for i in order[13:]})  # held out, whole space
+    assert not {g.name for g in tgt_test} & {g.name for g in src + tgt_train}
     return source, target, src, tgt_train, tgt_test
 
 
-@pytest.mark.parametrize("kind", baselines.KINDS)
-def test_each_baseline_fits_and_ranks(kind, setting):
-    source, target, src, tgt_train, tgt_test = setting
-    model = baselines.create(kind, config=fast_model_config(**{"train.epochs": 8, "train.finetune_epochs": 8}),
-                             seed=0, xgb_options={"rounds": 30, "finetune_rounds": 20, "num_threads": 1})
-    model.fit(src, space=source).finetune(tgt_train, space=target)
+def _fitted(kind, setting, seed=0):
+    source, target, src, tgt_train, _ = setting
+    model = baselines.create(kind, config=fast_model_config(**EPOCHS), seed=seed,
+                             xgb_options={"rounds": 30, "finetune_rounds": 20, "num_threads": 1})
+    return model.fit(src, space=source).finetune(tgt_train, space=target)
+
+
+@pytest.mark.parametrize("kind", LEARNING_KINDS)
+def test_each_learning_baseline_orders_held_out_configs_better_than_chance(kind, setting):
+    _, target, _, _, tgt_test = setting
+    model = _fitted(kind, setting)
+    acc = pair_accuracy(model, tgt_test, space=target)
+    assert acc >= LEARNED_PAIR_ACCURACY, f"{kind}: pair accuracy {acc:.3f} on held-out matrices"
     g = tgt_test[0]
     configs = list(g.configs)
     scores = model.predict(g.matrix, configs, space=target, feat=g.feat)
     assert scores.shape == (len(configs),) and np.all(np.isfinite(scores))
     ranked = model.rank(g.matrix, configs, space=target, feat=g.feat)
-    assert len(ranked) == len(configs) and set(map(str, ranked)) == set(map(str, configs))
+    assert ranked == [configs[n] for n in np.argsort(scores, kind="stable")]  # lower score = faster
     assert model.top_k(g.matrix, configs, 5, space=target, feat=g.feat) == ranked[:5]
-    metrics = evaluate(model, tgt_test, space=target, k=5)
-    assert 0.0 <= metrics["pair_accuracy"] <= 1.0 and metrics["speedup_oracle"] >= 1.0
+
+
+def test_random_ranker_is_at_chance(setting):
+    _, target, _, _, tgt_test = setting
+    acc = pair_accuracy(_fitted("random", setting), tgt_test, space=target)
+    assert abs(acc - 0.5) < 0.1, acc
 
 
 def test_random_is_seeded_per_matrix(setting):
@@ -88,4 +112,12 @@ def test_transfer_experiment_reports_mean_and_spread(setting):
         seeds=(0, 1), k=3)
     assert list(frame.index) == [0, 1, "mean", "std"]
     assert frame.loc["mean", "target_samples"] == sum(len(g.configs) for g in tgt_train)
-    assert frame.loc["std", "pair_accuracy"] >= 0
+    for seed in (0, 1):  # each row is that seed's model evaluated on the held-out matrices
+        model = baselines.create("xgboost", seed=seed, xgb_options={"rounds": 10, "finetune_rounds": 5,
+                                                                     "num_threads": 1})
+        model.fit(src, space=source).finetune(tgt_train, space=target)
+        assert frame.loc[seed, "pair_accuracy"] == pytest.approx(pair_accuracy(model, tgt_test, space=target))
+    accs = frame.loc[[0, 1], "pair_accuracy"].to_numpy(dtype=float)
+    assert frame.loc["mean", "pair_accuracy"] == pytest.approx(accs.mean())
+    assert frame.loc["std", "pair_accuracy"] == pytest.approx(accs.std())
+    assert frame.loc["mean", "pair_accuracy"] > LEARNED_PAIR_ACCURACY

@@ -259,7 +259,6 @@ def test_every_config_is_correct_on_gpu(gpu_backend, op, name):
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", OPS)
 def test_cusparse_vendor_matches_scipy(op):
-    pytest.importorskip("torch")
     import torch
 
     if not torch.cuda.is_available():

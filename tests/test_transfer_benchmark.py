@@ -9,9 +9,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("tvm", reason="the CPU source data needs TVM")
-pytest.importorskip("xgboost", reason="the XGBoost baseline needs xgboost")
-
 
 def _load_benchmark(monkeypatch):
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "transfer.py"

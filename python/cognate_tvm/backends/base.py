@@ -4,6 +4,10 @@
 the backend's own settings), and backends are picklable, so the same call can
 run in a process pool, on a cluster, or behind TVM's RPC runner. A failing
 config becomes a MeasureResult with `error` set; it never aborts the sweep.
+
+A sweep usually times configs without checking them; `pick_checked` is how a
+winner is chosen from it: the fastest config whose output, checked once against
+scipy, is right (a wrong one is recorded as failed and the next best is tried).
 """
 from __future__ import annotations
 
@@ -36,7 +40,8 @@ class MeasureResult:
 
     @property
     def ok(self) -> bool:
-        return self.error is None and self.time_ms is not None
+        """Ran, was timed, and its output was not found wrong (`correct` None means not checked)."""
+        return self.error is None and self.time_ms is not None and self.correct is not False
 
     def to_dict(self) -> dict:
         out = {"config": self.config.to_dict(), "time_ms": self.time_ms,
@@ -109,3 +114,57 @@ def check_output(op: Op, matrix: sp.csr_matrix, dense: list[np.ndarray], output:
         return False
     scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
     return bool(np.allclose(output, expected, rtol=CHECK_RTOL, atol=CHECK_ATOL * scale))
+
+
+WRONG_OUTPUT = "wrong output: differs from scipy's result"
+
+
+@dataclass
+class CheckedPick:
+    """What `pick_checked` found.
+
+    best : the winner's checked re-measurement (`correct` is True, or None when
+        the backend computes no outputs, e.g. a simulator); None if no candidate passed.
+    beside : the `beside` config re-measured (and checked) in the same call as
+        `best`, or None when no `beside` was given or no candidate passed.
+    rejected : the candidates found wrong or failing on the re-measurement, in the
+        order tried, each with `error` saying why.
+    """
+
+    best: MeasureResult | None
+    beside: MeasureResult | None
+    rejected: list[MeasureResult]
+
+
+def pick_checked(backend: Backend, op: Op, matrix: sp.csr_matrix, results: Sequence[MeasureResult], feat: int, *,
+                 seed: int = 0, beside: Config | None = None) -> CheckedPick:
+    """The fastest of `results` whose output is right, re-measured with its check.
+
+    Candidates are the `ok` results, fastest first. Each is measured again with
+    `check=True` (beside the `beside` config, when given, in the same call, so the
+    two times are side by side) until one passes: its output matches scipy's (or
+    the backend cannot check, `correct=None`) and it ran. A candidate whose output
+    is wrong is recorded in `rejected` with its error set to WRONG_OUTPUT; one
+    that failed on the re-measurement keeps its error. Checking costs one more
+    measurement per candidate tried, usually just the winner's.
+    """
+    rejected: list[MeasureResult] = []
+    candidates = sorted((r for r in results if r.ok), key=lambda r: r.time_ms)
+    for candidate in candidates:
+        configs = [candidate.config] if beside is None or beside == candidate.config \
+            else [beside, candidate.config]
+        again = backend.measure(op, matrix, configs, feat, check=True, seed=seed)
+        if len(again) != len(configs):
+            raise RuntimeError(f"{type(backend).__name__}.measure returned {len(again)} results "
+                               f"for {len(configs)} configs")
+        checked = again[-1]
+        if checked.correct is False:
+            rejected.append(MeasureResult(checked.config, checked.time_ms, error=WRONG_OUTPUT, correct=False,
+                                          extra=checked.extra))
+            continue
+        if not checked.ok:
+            rejected.append(checked)
+            continue
+        paired = None if beside is None else again[0]
+        return CheckedPick(best=checked, beside=paired, rejected=rejected)
+    return CheckedPick(best=None, beside=None, rejected=rejected)
