@@ -1,0 +1,549 @@
+"""The library behind the `measure` and `tune` CLIs (and the examples and benchmarks).
+
+What they share lives here: creating a backend, the batched measuring loop,
+the vendor report, loading cost models (a saved one, or the shipped model of
+an op and platform), and tuning itself:
+
+>>> from cognate_tvm import tuner                                          # doctest: +SKIP
+>>> backend = tuner.create_backend("llvm")                                 # doctest: +SKIP
+>>> tuned = tuner.tune("spmm", A, backend=backend, feat=128)               # doctest: +SKIP
+>>> tuned.chosen.config, tuned.confirmed                                   # doctest: +SKIP
+
+`tune` (DESIGN.md, "Tuning"): the shipped model of the op and the backend's
+platform ranks the whole space (a platform without a shipped model uses the
+CPU model zero-shot, with a note); the baseline and the model's top-k are
+measured; with ``budget=N`` a seeded sample of N configs is measured first
+and the loaded model is fine-tuned on it, from its pre-trained weights.
+The chosen config is the fastest measured one whose output, checked once
+against scipy, is right (`backends.base.pick_checked`; a wrong one is recorded
+as failed and the next best is tried). It is re-timed side by side with the
+baseline in the same call, and the baseline is kept when it is no slower.
+
+Writing kernels out (`write_kernel`) and CUDA's compile-only ranking
+(`compile_top_k`) are here too; the CLIs only parse arguments and print.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+from tqdm import tqdm
+
+from . import backends, space
+from .backends.base import Backend, MeasureResult, pick_checked
+from .errors import ModelVersionError, PretrainedNotFoundError
+from .ops import Op, get_op
+
+log = logging.getLogger(__name__)
+
+EXAMPLE_MATRIX = Path(__file__).resolve().parent / "sample_matrices" / "example_powerlaw.mtx"
+BATCH = 8                # configs per backend call: small enough for a live progress bar
+DEFAULT_TOP_K = 5        # configs measured from the model's ranking (DESIGN.md: top-5)
+DEFAULT_BUDGET = 0       # target measurements to fine-tune on before ranking
+SOURCE_PLATFORM = "cpu"  # whose shipped model ranks a platform that has none (zero-shot)
+# --oracle measures the whole space when it has at most ORACLE_WHOLE_SPACE configs (spade: 256,
+# gpu: 528), else a seeded sample of ORACLE_SAMPLE configs plus every config tune measured (the
+# CPU space has ~50k configs; 512 llvm configs take a few minutes with a cold kernel cache).
+ORACLE_WHOLE_SPACE = 1024
+ORACLE_SAMPLE = 512
+
+
+# -- backends and measuring ------------------------------------------------------------
+
+def create_backend(target: str | Backend, *, arch: str | None = None, compile_only: bool = False,
+                   **options) -> Backend:
+    """The backend of `target` with the given options; ValueError if the target does not take one."""
+    if isinstance(target, Backend):
+        return target
+    if arch is not None:
+        options["arch"] = arch
+    if compile_only:
+        options["compile_only"] = True
+    try:
+        return backends.create(target, **options)
+    except TypeError as exc:
+        raise ValueError(f"target {target!r} does not take option(s) {sorted(options)}: {exc}") from None
+
+
+def parse_configs(spec: str, platform_space: space.Space, seed: int) -> list[space.Config]:
+    """'all', 'baseline' or 'sample:N' -> configs (the baseline always comes first)."""
+    baseline = platform_space.baseline()
+    if spec == "baseline":
+        return [baseline]
+    if spec == "all":
+        chosen = platform_space.configs()
+    elif spec.startswith("sample:") and spec[7:].isdigit() and int(spec[7:]) > 0:
+        chosen = platform_space.sample(int(spec[7:]), seed)
+    else:
+        raise ValueError(f"--configs must be 'all', 'baseline' or 'sample:N' with N > 0, got {spec!r}")
+    return [baseline] + [c for c in chosen if c != baseline]
+
+
+def measure_configs(backend: Backend, op: Op | str, matrix: sp.csr_matrix, configs: Sequence[space.Config],
+                    feat: int, *, check: bool = False, seed: int = 0, progress: bool = False,
+                    desc: str = "measure") -> list[MeasureResult]:
+    """Measure `configs` in batches of `BATCH` (so a progress bar stays live); failures are results."""
+    op = get_op(op)
+    results: list[MeasureResult] = []
+    with tqdm(total=len(configs), desc=desc, unit="config", file=sys.stderr, disable=not progress) as bar:
+        for start in range(0, len(configs), BATCH):
+            batch = list(configs[start:start + BATCH])
+            results += backend.measure(op, matrix, batch, feat, check=check, seed=seed)
+            bar.update(len(batch))
+    for r in results:
+        if not r.ok:
+            log.info("config %s failed: %s", r.config.to_json(), r.error)
+    return results
+
+
+def vendor_report(backend: Backend, op: Op | str, matrix: sp.csr_matrix, feat: int, seed: int) -> dict:
+    """{"name", "method", "time_ms"} of the target's vendor library on `matrix`."""
+    op = get_op(op)
+    library = backend.vendor()
+    if library is None:
+        raise ValueError(f"no vendor library is available for target {backend.target!r} here")
+    return {"name": library.name, "method": library.method(op),
+            "time_ms": library.time_ms(op, matrix, feat, seed=seed)}
+
+
+def matrix_report(path, matrix: sp.csr_matrix) -> dict:
+    return {"path": str(path), "rows": matrix.shape[0], "cols": matrix.shape[1], "nnz": int(matrix.nnz)}
+
+
+def measure_report(*, op: str, target: str, feat: int, matrix_path, matrix: sp.csr_matrix,
+                   results: Sequence[MeasureResult], vendor: dict | None) -> dict:
+    """The JSON form of a `measure` run: every result, the baseline (first) and the vendor."""
+    report = {"op": op, "target": target, "feat": feat, "matrix": matrix_report(matrix_path, matrix),
+              "baseline": {"config": results[0].config.to_dict(), "time_ms": results[0].time_ms},
+              "results": [r.to_dict() for r in results]}
+    if vendor is not None:
+        report["vendor"] = vendor
+    return report
+
+
+# -- cost models -------------------------------------------------------------------------
+
+def load_model(path: str | os.PathLike):
+    """A saved CognateCostModel; ModelVersionError for another format version, ValueError if unreadable."""
+    from .model.cognate import CognateCostModel
+
+    try:
+        return CognateCostModel.load(path)
+    except (ModelVersionError, FileNotFoundError):
+        raise
+    except (OSError, RuntimeError, EOFError, KeyError, TypeError, ValueError, pickle.UnpicklingError) as exc:
+        raise ValueError(f"cannot read the model in {path}: {type(exc).__name__}: {exc}") from None
+
+
+def load_shipped_model(op: Op | str, platform: str, *,
+                       root: str | os.PathLike | None = None) -> tuple[object, str, list[str]]:
+    """(model, where it came from, notes): the shipped model of (`op`, `platform`).
+
+    A platform without one gets the shipped CPU model, used zero-shot (a note
+    says so). PretrainedNotFoundError when neither ships, naming what does.
+    """
+    from .model.pretrained import load_pretrained, pretrained_path
+
+    op = get_op(op)
+    try:
+        return load_pretrained(op.name, platform, root=root), str(pretrained_path(op.name, platform, root=root)), []
+    except PretrainedNotFoundError as exc:
+        if platform == SOURCE_PLATFORM:
+            raise PretrainedNotFoundError(f"{exc}. Pass a saved model with --model PATH (library: model=...), "
+                                          f"or build one with benchmarks/pretrain.py") from None
+        first = str(exc)
+    try:
+        model = load_pretrained(op.name, SOURCE_PLATFORM, root=root)
+    except PretrainedNotFoundError as exc:
+        raise PretrainedNotFoundError(f"{first}; no {SOURCE_PLATFORM} model to fall back on either: {exc}. "
+                                      f"Pass a saved model with --model PATH") from None
+    note = (f"no shipped {op.name} model for platform {platform!r}: the {SOURCE_PLATFORM} model ranks its "
+            f"configs zero-shot (never trained on {platform} measurements; --budget N fine-tunes it on this "
+            f"matrix first)")
+    return model, str(pretrained_path(op.name, SOURCE_PLATFORM, root=root)), [note]
+
+
+# -- tuning -----------------------------------------------------------------------------
+
+@dataclass
+class OracleResult:
+    """The best config of a (whole or sampled) sweep of the space, and the chosen one's time in it."""
+
+    config: space.Config
+    time_ms: float
+    chosen_ms: float | None
+    configs_measured: int
+    space_size: int
+    whole_space: bool
+    rejected: list[MeasureResult] = field(default_factory=list)
+
+    @property
+    def fraction(self) -> float | None:
+        """oracle time / chosen time, both from the same sweep (1.0: the chosen config is the oracle)."""
+        return self.time_ms / self.chosen_ms if self.chosen_ms else None
+
+    def to_dict(self) -> dict:
+        return {"config": self.config.to_dict(), "time_ms": self.time_ms, "chosen_ms": self.chosen_ms,
+                "configs_measured": self.configs_measured, "space_size": self.space_size,
+                "whole_space": self.whole_space, "rejected": [r.to_dict() for r in self.rejected]}
+
+
+@dataclass
+class TuneResult:
+    """What a tuning run measured and chose.
+
+    measured : every target measurement of the search, in order (the baseline
+        first); a config found wrong by the output check is recorded here as
+        failed (``error`` says so).
+    predicted_rank : the 1-based position of each measured config in the
+        model's ranking of the whole space (after fine-tuning).
+    sampled : how many configs after the baseline were the fine-tuning sample.
+    confirmed : (baseline, best) re-timed side by side after the choice, with
+        the best's output checked; None when the best is the baseline.
+    checked : the chosen best's checked re-measurement (``correct`` True, or
+        None on a backend that computes no outputs).
+    rejected : configs that failed the output check (or the re-measurement).
+    """
+
+    baseline: MeasureResult
+    measured: list[MeasureResult]
+    predicted_rank: list[int | None]
+    model: object | None = None
+    model_source: str | None = None
+    sampled: int = 0
+    finetuned: bool = False
+    notes: list[str] = field(default_factory=list)
+    confirmed: tuple[MeasureResult, MeasureResult] | None = None
+    checked: MeasureResult | None = None
+    rejected: list[MeasureResult] = field(default_factory=list)
+    oracle: OracleResult | None = None
+
+    @property
+    def best(self) -> MeasureResult | None:
+        """The fastest measured config that ran and was not found wrong (None if none)."""
+        ok = [r for r in self.measured if r.ok]
+        return min(ok, key=lambda r: r.time_ms) if ok else None
+
+    @property
+    def chosen(self) -> MeasureResult | None:
+        """The config to use: the best, unless re-timing shows it no faster than a correct baseline."""
+        if self.confirmed is not None and self.confirmed[1].time_ms >= self.confirmed[0].time_ms \
+                and self.confirmed[0].correct is not False:
+            return self.baseline
+        return self.best
+
+    @property
+    def failed(self) -> list[MeasureResult]:
+        return [r for r in self.measured if not r.ok]
+
+
+def sample_configs(platform_space: space.Space, budget: int, seed: int) -> list[space.Config]:
+    """`budget` configs other than the baseline, drawn with `seed` (fewer if the space is smaller)."""
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    if budget == 0:
+        return []
+    baseline = platform_space.baseline()
+    drawn = [c for c in platform_space.sample(min(budget + 1, len(platform_space)), seed) if c != baseline]
+    return drawn[:budget]
+
+
+def _group(name: str, matrix: sp.csr_matrix, feat: int, results: Sequence[MeasureResult]):
+    from .data import Group
+
+    return Group(name=name, matrix=matrix, feat=feat, configs=tuple(r.config for r in results),
+                 times_ms=np.array([r.time_ms if r.ok else np.nan for r in results], dtype=np.float64))
+
+
+def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 128, model=None,
+         model_source: str | None = None, pretrained_root: str | os.PathLike | None = None,
+         budget: int = DEFAULT_BUDGET, top_k: int = DEFAULT_TOP_K, seed: int = 0, oracle: bool = False,
+         oracle_sample: int = ORACLE_SAMPLE, name: str = "matrix", progress: bool = False) -> TuneResult:
+    """Pick the fastest correct config of `op` on `matrix` for `backend` (see the module docstring).
+
+    Parameters
+    ----------
+    model : a CognateCostModel (or any model with rank / finetune), or None for
+        the shipped model of `op` on the backend's platform (`load_shipped_model`).
+    pretrained_root : directory of shipped models (default: the package's).
+    budget : configs sampled and measured before ranking; the model is
+        fine-tuned on them (and the baseline) from its loaded weights.
+    top_k : configs measured from the model's ranking.
+    oracle : also sweep the space (`measure_oracle`) to see how far the choice is from its best.
+    """
+    op = get_op(op)
+    if int(feat) < 1:
+        raise ValueError(f"feat must be >= 1, got {feat}")
+    if top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    platform_space = space.create(backend.platform, op.name)
+    baseline = platform_space.baseline()
+    sample = sample_configs(platform_space, budget, seed)
+    # The baseline (and the sample) first: a target that cannot run fails here, before any model work.
+    results = measure_configs(backend, op, matrix, [baseline] + sample, feat, seed=seed, progress=progress,
+                              desc=f"baseline + sample of {len(sample)}" if sample else "baseline")
+    notes: list[str] = []
+    if model is None:
+        model, model_source, notes = load_shipped_model(op, backend.platform, root=pretrained_root)
+    tuned = TuneResult(baseline=results[0], measured=results, predicted_rank=[], model=model,
+                       model_source=model_source, sampled=len(sample), notes=notes)
+    if sample:
+        group = _group(name, matrix, feat, results)
+        succeeded = int(np.isfinite(group.times_ms).sum())
+        if succeeded >= 2:
+            log.info("fine-tuning the model on %d measurements of %s", succeeded, name)
+            model.finetune([group], space=platform_space)
+            tuned.finetuned = True
+        else:
+            tuned.notes.append(f"only {succeeded} of {len(results)} sampled configs ran; the model was not "
+                               f"fine-tuned")
+            log.warning(tuned.notes[-1])
+    ranked = model.rank(matrix, platform_space.configs(), space=platform_space, feat=feat)
+    rank_of = {config: n + 1 for n, config in enumerate(ranked)}
+    measured = {r.config for r in results}
+    top = [c for c in ranked if c not in measured][:top_k]
+    tuned.measured += measure_configs(backend, op, matrix, top, feat, seed=seed, progress=progress,
+                                      desc=f"top-{len(top)}")
+    tuned.predicted_rank = [rank_of.get(r.config) for r in tuned.measured]
+    choose(backend, op, matrix, tuned, feat, seed=seed)
+    if oracle:
+        tuned.oracle = measure_oracle(backend, op, matrix, platform_space, tuned, feat, seed=seed,
+                                      sample=oracle_sample, progress=progress)
+    return tuned
+
+
+def choose(backend: Backend, op: Op, matrix: sp.csr_matrix, tuned: TuneResult, feat: int, *, seed: int = 0) -> None:
+    """Check the fastest measured config's output, re-timed beside the baseline; take the next if wrong.
+
+    Sets `tuned.checked`, `tuned.confirmed` and `tuned.rejected`; each rejected
+    config's entry in `tuned.measured` becomes a failure carrying the reason.
+    """
+    pick = pick_checked(backend, op, matrix, tuned.measured, feat, seed=seed, beside=tuned.baseline.config)
+    tuned.rejected = list(pick.rejected)
+    reasons = {r.config: r for r in pick.rejected}
+    tuned.measured = [MeasureResult(r.config, None, error=reasons[r.config].error,
+                                    correct=reasons[r.config].correct, extra=r.extra)
+                      if r.config in reasons else r for r in tuned.measured]
+    if tuned.baseline.config in reasons:
+        tuned.baseline = tuned.measured[0]
+    for r in pick.rejected:
+        tuned.notes.append(f"config {r.config.to_json()} rejected: {r.error}")
+        log.warning(tuned.notes[-1])
+    tuned.checked = pick.best
+    if pick.best is None:
+        return
+    if pick.best.correct is None:
+        tuned.notes.append(f"target {backend.target!r} computes no outputs: the chosen config's output "
+                           f"was not checked")
+    if pick.beside is not None and pick.beside.ok and pick.best.config != tuned.baseline.config:
+        tuned.confirmed = (pick.beside, pick.best)
+        if pick.beside.correct is False:
+            tuned.notes.append("the baseline config's output is wrong on this matrix; it is never chosen")
+
+
+def oracle_configs(platform_space: space.Space, tuned: TuneResult | None, *, seed: int,
+                   sample: int = ORACLE_SAMPLE) -> tuple[list[space.Config], bool]:
+    """(configs, whole_space): the oracle sweep's configs (see ORACLE_WHOLE_SPACE)."""
+    everything = platform_space.configs()
+    if len(everything) <= ORACLE_WHOLE_SPACE:
+        return everything, True
+    if sample < 1:
+        raise ValueError(f"oracle sample must be >= 1, got {sample}")
+    already = [r.config for r in tuned.measured] if tuned is not None else [platform_space.baseline()]
+    return list(dict.fromkeys(already + platform_space.sample(sample, seed + 1))), False
+
+
+def measure_oracle(backend: Backend, op: Op, matrix: sp.csr_matrix, platform_space: space.Space,
+                   tuned: TuneResult, feat: int, *, seed: int = 0, sample: int = ORACLE_SAMPLE,
+                   progress: bool = False) -> OracleResult | None:
+    """Sweep the space (or a large sample of it) and return its fastest correct config.
+
+    The oracle's and the chosen config's times both come from this one sweep.
+    """
+    configs, whole = oracle_configs(platform_space, tuned, seed=seed, sample=sample)
+    chosen = tuned.chosen.config if tuned.chosen is not None else None
+    if chosen is not None and chosen not in set(configs):
+        configs.append(chosen)
+    results = measure_configs(backend, op, matrix, configs, feat, seed=seed, progress=progress, desc="oracle")
+    pick = pick_checked(backend, op, matrix, results, feat, seed=seed)
+    if pick.best is None:
+        tuned.notes.append("oracle: no config of the sweep ran correctly")
+        return None
+    by_config = {r.config: r for r in results}
+    best = by_config[pick.best.config]
+    chosen_ms = by_config[chosen].time_ms if chosen is not None and by_config[chosen].ok else None
+    return OracleResult(config=best.config, time_ms=best.time_ms, chosen_ms=chosen_ms,
+                        configs_measured=len(results), space_size=len(platform_space), whole_space=whole,
+                        rejected=list(pick.rejected))
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    return numerator / denominator if numerator and denominator else None
+
+
+def tune_report(tuned: TuneResult, *, op: str, target: str, feat: int, matrix_path, matrix: sp.csr_matrix,
+                budget: int, top_k: int, vendor: dict | None = None, saved_model: str | None = None) -> dict:
+    """The JSON form of a tuning run; every time in it was measured in this run."""
+    best = tuned.best
+    report = {
+        "op": op, "target": target, "feat": feat, "matrix": matrix_report(matrix_path, matrix),
+        "mode": "finetuned" if tuned.finetuned else "ranked",
+        "model": tuned.model_source, "budget": budget, "top_k": top_k,
+        "saved_model": saved_model,
+        "samples_measured": len(tuned.measured),
+        "failed": len(tuned.failed),
+        "baseline": {"config": tuned.baseline.config.to_dict(), "time_ms": tuned.baseline.time_ms,
+                     "error": tuned.baseline.error},
+        "best": None if best is None else {
+            "config": best.config.to_dict(), "time_ms": best.time_ms,
+            "speedup_vs_baseline": _ratio(tuned.baseline.time_ms, best.time_ms),
+            "predicted_rank": tuned.predicted_rank[tuned.measured.index(best)],
+            "correct": tuned.checked.correct if tuned.checked is not None else None},
+        "measured": [{"config": r.config.to_dict(), "time_ms": r.time_ms, "error": r.error, "correct": r.correct,
+                      "predicted_rank": rank, "sampled": 0 < n <= tuned.sampled}
+                     for n, (r, rank) in enumerate(zip(tuned.measured, tuned.predicted_rank))],
+        "rejected": [{"config": r.config.to_dict(), "error": r.error} for r in tuned.rejected],
+        "chosen": None if tuned.chosen is None else tuned.chosen.config.to_dict(),
+        "confirmed": None if tuned.confirmed is None else {
+            "baseline_ms": tuned.confirmed[0].time_ms, "best_ms": tuned.confirmed[1].time_ms,
+            "speedup_vs_baseline": _ratio(tuned.confirmed[0].time_ms, tuned.confirmed[1].time_ms)},
+        "notes": list(tuned.notes),
+    }
+    if tuned.oracle is not None:
+        report["oracle"] = tuned.oracle.to_dict()
+        report["oracle_fraction"] = tuned.oracle.fraction
+    if vendor is not None:
+        chosen_ms = chosen_time_ms(tuned)
+        report["vendor"] = dict(vendor, speedup_vs_vendor=_ratio(vendor["time_ms"], chosen_ms))
+    return report
+
+
+def chosen_time_ms(tuned: TuneResult) -> float | None:
+    """The chosen config's time: its side-by-side re-timing when there was one."""
+    if tuned.chosen is None:
+        return None
+    if tuned.confirmed is not None:
+        base, best = tuned.confirmed
+        return best.time_ms if tuned.chosen.config == best.config else base.time_ms
+    return tuned.chosen.time_ms
+
+
+# -- writing kernels out -------------------------------------------------------------------
+
+def _write_llvm_kernel(backend, op: Op, config, feat: int, directory: Path, stem: str) -> dict:
+    """The exported TVM library of `config`'s kernel (entry "main"); see cognate_tvm.kernels.cpu."""
+    path = directory / f"{stem}.so"
+    backend.kernel(op, config, feat).export_library(str(path))
+    return {"library": path.name, "entry": "main",
+            "arguments": "m, ncols, nnz, npanels, indptr, indices, vals, [perm (SDDMM with column panels)], "
+                         "dense operands padded to padded_width, output (cognate_tvm.kernels.cpu."
+                         "kernel_arguments builds them)",
+            "padded_width": config.padded_width(feat)}
+
+
+def _write_cuda_kernel(backend, op: Op, config, feat: int, directory: Path, stem: str) -> dict:
+    """The CUDA source of `config`'s kernel variant and its PTX (when nvcc is found)."""
+    from .kernels import cuda as kcuda
+
+    key = kcuda.kernel_key(op, config)
+    source = kcuda.cuda_source(kcuda.build([key], arch=backend.arch))
+    (directory / f"{stem}.cu").write_text(source)
+    out = {"source": f"{stem}.cu", "kernels": list(key.kernel_names), "arch": backend.arch, "ptx": None}
+    try:
+        ptx = kcuda.compile_ptx(source, arch=backend.arch, nvcc=backend.nvcc)
+    except kcuda.NvccError as exc:
+        out["ptx_error"] = str(exc)
+        return out
+    (directory / f"{stem}.ptx").write_text(ptx)
+    out["ptx"] = f"{stem}.ptx"
+    return out
+
+
+# target -> writer of a config's kernel; a backend may also offer `export_kernel(op, config, feat, dir, stem)`.
+KERNEL_WRITERS = {"llvm": _write_llvm_kernel, "cuda": _write_cuda_kernel}
+
+
+def write_kernel(backend: Backend, op: Op | str, config: space.Config, feat: int, directory: str | os.PathLike,
+                 *, stem: str = "kernel") -> dict:
+    """Write `config`'s kernel for `backend` under `directory`; returns what was written (file names).
+
+    A target without kernels (a simulator) writes nothing and says so.
+    """
+    op = get_op(op)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    export = getattr(backend, "export_kernel", None)
+    if export is not None:
+        return export(op, config, feat, directory, stem)
+    writer = KERNEL_WRITERS.get(backend.target)
+    if writer is None:
+        return {"note": f"target {backend.target!r} has no kernel to write (its times are simulated)"}
+    return writer(backend, op, config, feat, directory, stem)
+
+
+def write_outputs(directory: str | os.PathLike, backend: Backend, op: Op | str, tuned: TuneResult, feat: int,
+                  report: dict) -> dict:
+    """--out: the chosen kernel, ``config.json`` (the config and how to call the kernel), ``report.json``."""
+    op = get_op(op)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    files: dict = {"report": "report.json"}
+    if tuned.chosen is not None:
+        kernel = write_kernel(backend, op, tuned.chosen.config, feat, directory)
+        config = {"op": op.name, "target": backend.target, "platform": backend.platform, "feat": feat,
+                  "config": tuned.chosen.config.to_dict(), "kernel": kernel}
+        (directory / "config.json").write_text(json.dumps(config, indent=1))
+        files.update({"config": "config.json", "kernel": kernel})
+    report["out"] = {"directory": str(directory), "files": files}
+    (directory / "report.json").write_text(json.dumps(report, indent=1))
+    return files
+
+
+def compile_top_k(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int, directory,
+                  model=None, model_source: str | None = None, pretrained_root=None,
+                  top_k: int = DEFAULT_TOP_K) -> dict:
+    """Rank with the model and write the top-k kernels (sources, PTX) under `directory`, without timing.
+
+    For a target that cannot run here (CUDA without a GPU). Returns the report
+    (also written as ``report.json``).
+    """
+    op = get_op(op)
+    if top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    platform_space = space.create(backend.platform, op.name)
+    notes: list[str] = []
+    if model is None:
+        model, model_source, notes = load_shipped_model(op, backend.platform, root=pretrained_root)
+    ranked = model.rank(matrix, platform_space.configs(), space=platform_space, feat=feat)[:top_k]
+    directory = Path(directory)
+    kernels = []
+    for n, config in enumerate(ranked, start=1):
+        try:
+            written = write_kernel(backend, op, config, feat, directory, stem=f"top{n}")
+            error = written.get("ptx_error")
+        except Exception as exc:  # a config that fails to build is a result, not an abort
+            written, error = {}, f"{type(exc).__name__}: {exc}"
+        kernels.append({"predicted_rank": n, "config": config.to_dict(), "files": written, "error": error})
+    report = {"op": op.name, "target": backend.target, "feat": feat, "model": model_source,
+              "compile_only": True, "top_k": top_k, "kernels": kernels, "notes": notes,
+              "out": {"directory": str(directory)}}
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "report.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+__all__ = ["BATCH", "DEFAULT_BUDGET", "DEFAULT_TOP_K", "EXAMPLE_MATRIX", "ORACLE_SAMPLE", "ORACLE_WHOLE_SPACE",
+           "OracleResult", "TuneResult", "choose", "chosen_time_ms", "compile_top_k",
+           "create_backend", "load_model", "load_shipped_model", "measure_configs", "measure_oracle",
+           "measure_report", "oracle_configs", "parse_configs", "sample_configs", "tune", "tune_report",
+           "vendor_report", "write_kernel", "write_outputs"]
