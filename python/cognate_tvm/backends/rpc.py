@@ -1,0 +1,369 @@
+"""Measure CPU-space kernels on a remote device through TVM's RPC tracker.
+
+Kernels are built here, by an ordinary :class:`~cognate_tvm.backends.cpu.LLVMBackend`
+(same code generator, same kernel cache), and run on a device that registered
+with a TVM RPC tracker under a key — the TVM ecosystem's own way of measuring
+on boards and machines far away::
+
+    python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port 9190              # one tracker
+    TVM_NUM_THREADS=8 python -m tvm.exec.rpc_server --tracker HOST:9190 --key epyc   # each device
+
+For every ``measure`` call the backend asks the tracker for one session on a
+device of its key, uploads each config's compiled library, copies the inputs
+to the device once, runs the kernel once (that output is fetched back and,
+with ``check``, compared with scipy here), and times it on the device with
+TVM's ``time_evaluator`` (so network latency is not in the time): the median
+of the repeats.
+
+Failures are results, never exceptions: a config that cannot be built, a
+kernel that fails or crashes the remote session, a lost connection, or a
+tracker with no free device within ``request_timeout_s`` becomes that
+config's ``MeasureResult.error`` (prefixed ``rpc:``). After a failed remote
+call the next config asks the tracker for a fresh session; when that request
+fails too, the rest of the call's configs are recorded with its error without
+further waiting, so a dead device costs one timeout per task, not one per
+config. Each session is bounded by the server side (``session_timeout_s``),
+so a hung kernel cannot hold a device forever.
+
+The backend holds settings only and is picklable (Ray workers, process pools):
+sessions live inside one ``measure`` call.
+
+The kernels are compiled for ``mcpu`` (default: the CPU of the machine that
+builds): pass the remote device's LLVM CPU name (e.g. ``znver3``,
+``skylake-avx512``) when it differs, or the device may fault on instructions
+it lacks. The remote TVM thread pool's size is the server's
+``TVM_NUM_THREADS``; each result's extras record it (``remote_threads``) and
+the server it ran on (``rpc_server``).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import struct
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import CognateError, InvalidConfigError
+from ..kernels.cache import DEFAULT_CACHE_DIR
+from ..matrix import as_csr
+from ..ops import Op, get_op
+from ..space.base import Config
+from ..space.cpu import CPUConfig, CPUSpace
+from .base import Backend, MeasureResult, check_output
+from .cpu import LLVMBackend
+
+log = logging.getLogger(__name__)
+
+RPC_ERROR_PREFIX = "rpc: "
+
+
+class RPCUnavailableError(CognateError, RuntimeError):
+    """No session could be had from the tracker (unreachable, or no free device of the key in time)."""
+
+
+def parse_tracker(address: str) -> tuple[str, int]:
+    """'HOST:PORT' -> (host, port); ValueError naming the bad address."""
+    host, sep, port = str(address).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"RPC tracker address must be HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def _tracker_socket(tracker: tuple[str, int], timeout_s: float) -> socket.socket:
+    """A connected, handshaken socket to the tracker; every read and write bounded by `timeout_s`."""
+    from tvm.rpc import base
+
+    try:
+        sock = socket.create_connection(tracker, timeout=timeout_s)
+    except OSError as exc:
+        raise RPCUnavailableError(f"cannot reach the RPC tracker at {tracker[0]}:{tracker[1]}: {exc}") from None
+    try:
+        sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+        magic = struct.unpack("<i", base.recvall(sock, 4))[0]
+    except (OSError, RuntimeError) as exc:
+        sock.close()
+        raise RPCUnavailableError(f"no answer from the RPC tracker at {tracker[0]}:{tracker[1]}: {exc}") from None
+    if magic != base.RPC_TRACKER_MAGIC:
+        sock.close()
+        raise RPCUnavailableError(f"{tracker[0]}:{tracker[1]} is not a TVM RPC tracker")
+    return sock
+
+
+def tracker_summary(tracker: str | tuple[str, int], *, timeout_s: float = 5.0) -> dict:
+    """The tracker's summary: ``{"queue_info": {key: {"free": n, "pending": n}}, "server_info": [...]}``."""
+    from tvm.rpc import base
+
+    address = parse_tracker(tracker) if isinstance(tracker, str) else tracker
+    sock = _tracker_socket(address, timeout_s)
+    try:
+        base.sendjson(sock, [base.TrackerCode.SUMMARY])
+        reply = base.recvjson(sock)
+    except (OSError, RuntimeError) as exc:
+        raise RPCUnavailableError(f"no summary from the RPC tracker at {address[0]}:{address[1]}: {exc}") from None
+    finally:
+        sock.close()
+    if reply[0] != base.TrackerCode.SUCCESS:
+        raise RPCUnavailableError(f"the tracker at {address[0]}:{address[1]} answered {reply!r}")
+    return reply[1]
+
+
+def request_session(tracker: tuple[str, int], key: str, *, timeout_s: float, session_timeout_s: float = 0.0,
+                    priority: int = 1):
+    """An RPC session on a device registered with `tracker` under `key`, or RPCUnavailableError.
+
+    Like ``tvm.rpc.TrackerSession.request``, but every wait is bounded by `timeout_s`:
+    TVM's own client retries a refused tracker for a minute and queues a request
+    for a busy key forever. `session_timeout_s` (> 0) lets the server end the
+    session after that many seconds.
+    """
+    from tvm import rpc
+    from tvm.rpc import base
+
+    sock = _tracker_socket(tracker, timeout_s)
+    try:
+        base.sendjson(sock, [base.TrackerCode.REQUEST, key, "", int(priority)])
+        reply = base.recvjson(sock)
+    except (OSError, RuntimeError) as exc:  # socket.timeout is an OSError
+        raise RPCUnavailableError(f"no device with key {key!r} from the tracker at {tracker[0]}:{tracker[1]} "
+                                  f"within {timeout_s:g} s ({type(exc).__name__}: {exc})") from None
+    finally:
+        sock.close()
+    if reply[0] != base.TrackerCode.SUCCESS:
+        raise RPCUnavailableError(f"the tracker refused the request for key {key!r}: {reply!r}")
+    url, port, match_key = reply[1]
+    try:
+        session = rpc.connect(url, port, match_key, session_timeout=session_timeout_s)
+    except Exception as exc:  # the server went away between the tracker's answer and our connect
+        raise RPCUnavailableError(f"cannot connect to the RPC server {url}:{port}: {exc}") from None
+    return session, f"{url}:{port}"
+
+
+class RPCLLVMBackend(Backend):
+    """The `llvm` backend with kernels built here and run on a device behind a TVM RPC tracker.
+
+    Parameters
+    ----------
+    tracker
+        The tracker's address, ``"HOST:PORT"``.
+    key
+        The device key its servers registered with (``rpc_server --key KEY``).
+    num_threads, mcpu, cache_dir
+        Build settings of the kernels, as for `LLVMBackend`: the remote device's
+        core count and LLVM CPU name (default: this machine's).
+    repeats, min_seconds
+        Timing on the device: `repeats` samples (median reported), each looping
+        the kernel for at least `min_seconds` (``time_evaluator``'s ``min_repeat_ms``).
+    timeout_s
+        Per-config limit on one kernel call, cooperative as in `LLVMBackend`.
+    request_timeout_s
+        How long to wait for the tracker to hand out a device.
+    session_timeout_s
+        The server ends a session older than this; default: enough for the call's
+        configs (``60 + n * (3 * timeout_s + 10)`` seconds).
+    """
+
+    target = "llvm"
+    platform = "cpu"
+
+    def __init__(self, *, tracker: str, key: str, num_threads: int | None = None, mcpu: str | None = None,
+                 cache_dir: str | os.PathLike | None = DEFAULT_CACHE_DIR, repeats: int = 7,
+                 min_seconds: float = 0.01, timeout_s: float = 10.0, request_timeout_s: float = 60.0,
+                 session_timeout_s: float | None = None, priority: int = 1):
+        self.tracker = parse_tracker(tracker)
+        if not key:
+            raise ValueError("an RPC device key is required (the --key its rpc_server registered with)")
+        if int(repeats) < 1:
+            raise ValueError(f"repeats must be >= 1, got {repeats}")
+        if float(timeout_s) <= 0 or float(request_timeout_s) <= 0:
+            raise ValueError(f"timeouts must be > 0, got timeout_s={timeout_s}, "
+                             f"request_timeout_s={request_timeout_s}")
+        self.key = str(key)
+        self.repeats, self.min_seconds = int(repeats), float(min_seconds)
+        self.timeout_s, self.request_timeout_s = float(timeout_s), float(request_timeout_s)
+        self.session_timeout_s = None if session_timeout_s is None else float(session_timeout_s)
+        self.priority = int(priority)
+        # the builder: its kernel cache and target; its own timing settings are unused
+        self.builder = LLVMBackend(num_threads=num_threads, cache_dir=cache_dir, mcpu=mcpu,
+                                   timeout_s=self.timeout_s)
+
+    @property
+    def num_threads(self) -> int:
+        return self.builder.num_threads
+
+    def metadata(self) -> dict:
+        out = self.builder.metadata()
+        out.update({"rpc_tracker": f"{self.tracker[0]}:{self.tracker[1]}", "rpc_key": self.key,
+                    "builder_host": out.pop("host"), "host": f"rpc:{self.key}",
+                    "timing": "tvm time_evaluator on the device"})
+        return out
+
+    # -- building --------------------------------------------------------------------
+    def _kernel_target(self):
+        """The builder's LLVM target (the same `cpu_target` it compiles for), made once per process."""
+        from ..kernels.cpu import cpu_target
+
+        if getattr(self, "_target", None) is None:
+            self._target = cpu_target(self.builder.num_threads, self.builder.mcpu)
+        return self._target
+
+    # pickling: settings only (the builder pickles its own settings); no TVM objects
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    def library(self, op: Op, config: CPUConfig, feat: int, scratch: Path) -> Path:
+        """The shared library of `config`'s kernel: the kernel cache's file, else exported to `scratch`."""
+        from ..kernels.cpu import KernelSpec
+
+        module = self.builder.kernel(op, config, feat)
+        target = self._kernel_target()
+        key = KernelSpec(op.name, config, int(feat), str(target), int(target.attrs.get("num-cores", 1))).key()
+        cached = self.builder.kernel_cache.path(key)
+        if cached is not None and cached.is_file():
+            return cached
+        path = scratch / f"{key}.so"
+        if not path.is_file():
+            module.export_library(str(path))
+        return path
+
+    # -- measuring ---------------------------------------------------------------------
+    def measure(self, op: str | Op, matrix: sp.csr_matrix, configs: Sequence[Config], feat: int, *,
+                check: bool = False, seed: int = 0) -> list[MeasureResult]:
+        op = get_op(op)
+        matrix = as_csr(matrix)
+        if int(feat) < 1:
+            raise ValueError(f"feat must be >= 1, got {feat}")
+        feat = int(feat)
+        dense = op.make_dense_inputs(matrix, feat, seed=seed)
+        space = CPUSpace(op)
+        session_timeout = self.session_timeout_s or 60.0 + len(configs) * (3 * self.timeout_s + 10.0)
+        results: list[MeasureResult] = []
+        remote: _RemoteRun | None = None
+        unavailable: str | None = None  # set once a fresh session could not be had: skip the rest
+        with tempfile.TemporaryDirectory(prefix="cognate_rpc_") as scratch:
+            for config in configs:
+                try:
+                    space.check(config)
+                except InvalidConfigError as exc:
+                    results.append(MeasureResult(config, None, error=f"invalid config: {exc}"))
+                    continue
+                if unavailable is not None:
+                    results.append(MeasureResult(config, None, error=unavailable))
+                    continue
+                start = time.perf_counter()
+                try:
+                    library = self.library(op, config, feat, Path(scratch))
+                except Exception as exc:  # a build failure is this config's result
+                    log.debug("building %s failed", config, exc_info=True)
+                    results.append(MeasureResult(config, None, error=f"build failed: {type(exc).__name__}: {exc}"))
+                    continue
+                build_s = time.perf_counter() - start
+                if remote is None:
+                    try:
+                        remote = _RemoteRun(self, op, matrix, feat, dense, session_timeout)
+                    except RPCUnavailableError as exc:
+                        unavailable = f"{RPC_ERROR_PREFIX}{exc}"
+                        results.append(MeasureResult(config, None, error=unavailable))
+                        continue
+                try:
+                    result = remote.measure(config, library, check)
+                    result.extra["build_s"] = round(build_s, 4)
+                    results.append(result)
+                except Exception as exc:  # lost connection, remote crash: a result; next config reconnects
+                    log.debug("remote run of %s failed", config, exc_info=True)
+                    results.append(MeasureResult(config, None, extra={"rpc_server": remote.server},
+                                                 error=f"{RPC_ERROR_PREFIX}{type(exc).__name__}: {exc}"))
+                    remote = None
+        return results
+
+
+class _RemoteRun:
+    """One session of one measure() call: uploaded libraries and device copies of the inputs."""
+
+    def __init__(self, backend: RPCLLVMBackend, op: Op, matrix: sp.csr_matrix, feat: int,
+                 dense: list[np.ndarray], session_timeout_s: float):
+        self.backend, self.op, self.matrix, self.feat, self.dense = backend, op, matrix, feat, dense
+        self.session, self.server = request_session(backend.tracker, backend.key,
+                                                    timeout_s=backend.request_timeout_s,
+                                                    session_timeout_s=session_timeout_s,
+                                                    priority=backend.priority)
+        self.device = self.session.cpu(0)
+        self.threads = int(self.session.get_function("runtime.NumThreads")())
+        if self.threads != backend.num_threads:
+            log.warning("RPC server %s runs %d threads, the kernels were built for %d: start it with "
+                        "TVM_NUM_THREADS=%d", self.server, self.threads, backend.num_threads,
+                        backend.num_threads)
+        self._modules: dict[str, object] = {}
+        self._sparse: dict[tuple, object] = {}
+        self._padded: dict[int, list[np.ndarray]] = {}
+        self._device_arrays: dict[int, tuple] = {}
+
+    def _module(self, library: Path):
+        name = library.name
+        if name not in self._modules:
+            self.session.upload(str(library), name)
+            self._modules[name] = self.session.load_module(name)
+        return self._modules[name]
+
+    def _on_device(self, array: np.ndarray):
+        import tvm
+
+        if id(array) not in self._device_arrays:
+            self._device_arrays[id(array)] = (array, tvm.runtime.tensor(array, self.device))
+        return self._device_arrays[id(array)][1]
+
+    def _arguments(self, config: CPUConfig) -> list:
+        import tvm
+
+        from ..kernels.cpu import kernel_arguments, pad_dense, prepare_sparse
+
+        key = (config.single_panel, config.panel_width(self.matrix.shape[1]))
+        if key not in self._sparse:
+            self._sparse[key] = prepare_sparse(self.op, self.matrix, config)
+        width = config.padded_width(self.feat)
+        if width not in self._padded:
+            self._padded[width] = [pad_dense(d, width) for d in self.dense]
+        args = kernel_arguments(self.op, self.matrix, config, self.feat, self._padded[width], self._sparse[key])
+        call_args = [a if isinstance(a, int) else self._on_device(a) for a in args[:-1]]
+        call_args.append(tvm.runtime.tensor(args[-1], self.device))  # a fresh (NaN) output per config
+        return call_args
+
+    def measure(self, config: CPUConfig, library: Path, check: bool) -> MeasureResult:
+        from ..kernels.cpu import unpad_output
+
+        backend = self.backend
+        module = self._module(library)
+        call_args = self._arguments(config)
+        extra = {"rpc_server": self.server, "remote_threads": self.threads}
+        once = module.time_evaluator("main", self.device, number=1, repeat=1)
+        first_s = float(once(*call_args).mean)  # the first run, timed on the device
+        correct = None
+        if check:  # the first run's output, fetched back
+            output = unpad_output(self.op, call_args[-1].numpy(), self.feat)
+            correct = check_output(self.op, self.matrix, self.dense, output)
+        if first_s > backend.timeout_s:
+            return MeasureResult(config, None, correct=correct, extra=extra,
+                                 error=f"timeout: one call took {first_s:.2f} s > {backend.timeout_s} s")
+        budget = max(1, int(backend.timeout_s / max(first_s, 1e-9)))
+        repeats = max(1, min(backend.repeats, budget))
+        min_ms = int(1e3 * min(backend.min_seconds, backend.timeout_s / (repeats + 1)))
+        timer = module.time_evaluator("main", self.device, number=1, repeat=repeats, min_repeat_ms=min_ms)
+        samples = np.asarray(timer(*call_args).results, dtype=np.float64)
+        return MeasureResult(config, float(np.median(samples) * 1e3), correct=correct, extra=extra)
+
+
+def create_rpc(target: str, *, tracker: str, key: str, **options) -> Backend:
+    """The RPC backend of `target` ("llvm") for devices behind `tracker` with `key`."""
+    if target == "llvm":
+        return RPCLLVMBackend(tracker=tracker, key=key, **options)
+    raise ValueError(f"--rpc-tracker works with --target llvm; got target {target!r} "
+                     f"(cuda through RPC is not built yet)")
+
+
+__all__ = ["RPCLLVMBackend", "RPCUnavailableError", "create_rpc", "parse_tracker", "request_session",
+           "tracker_summary"]

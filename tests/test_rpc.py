@@ -1,0 +1,143 @@
+"""Measuring through TVM's RPC tracker: a tracker and two servers on 127.0.0.1, real kernels.
+
+The tracker and the servers are the TVM ecosystem's own (`python -m tvm.exec.rpc_tracker`,
+`python -m tvm.exec.rpc_server`), started on free loopback ports and killed (as process
+groups) at the end. Every wait is bounded.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cognate_tvm import space
+from cognate_tvm.backends import rpc as rpc_backend
+from cognate_tvm.backends.rpc import RPCLLVMBackend, RPCUnavailableError, parse_tracker, tracker_summary
+from cognate_tvm.matrix import generate
+from cognate_tvm.ops import SDDMM, SPMM
+
+KEYS = ("cognate-test", "cognate-doomed")
+START_TIMEOUT_S = 90  # a loaded 2-core machine imports TVM (twice per process) slowly
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    env = dict(os.environ, TVM_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, "-m", *args], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the server's session workers are in its group
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """(tracker address, {key: server process}); both keys have one free device."""
+    port = _free_port()
+    tracker = f"127.0.0.1:{port}"
+    procs = {"tracker": _start(["tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
+                                "--port-end", str(port + 1), "--silent"])}
+    for key in KEYS:
+        server_port = _free_port()
+        procs[key] = _start(["tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(server_port),
+                             "--port-end", str(server_port + 1), "--tracker", tracker, "--key", key,
+                             "--silent"])
+    try:
+        deadline = time.time() + START_TIMEOUT_S
+        while True:
+            try:
+                queues = tracker_summary(tracker, timeout_s=2.0)["queue_info"]
+                if all(queues.get(key, {}).get("free", 0) >= 1 for key in KEYS):
+                    break
+            except RPCUnavailableError:
+                pass
+            assert time.time() < deadline, "the RPC tracker and servers did not come up"
+            assert all(p.poll() is None for p in procs.values()), "an RPC process exited at start-up"
+            time.sleep(0.1)
+        yield tracker, procs
+    finally:
+        for proc in procs.values():
+            _kill(proc)
+
+
+def _configs(op) -> list:
+    """The baseline, a column-panel config and a seeded sample: three kernels."""
+    cpu = space.create("cpu", op.name)
+    paneled = next(c for c in cpu.sample(64, seed=3) if not c.single_panel)
+    return [cpu.baseline(), paneled, cpu.sample(1, seed=7)[0]]
+
+
+@pytest.mark.parametrize("op", [SPMM, SDDMM], ids=["spmm", "sddmm"])
+def test_measures_through_the_tracker_and_outputs_match_scipy(cluster, op):
+    tracker, _ = cluster
+    matrix = generate("rmat", 400, seed=2)
+    backend = RPCLLVMBackend(tracker=tracker, key=KEYS[0], num_threads=1, cache_dir=None, repeats=2,
+                             timeout_s=5.0, request_timeout_s=20.0)
+    backend = pickle.loads(pickle.dumps(backend))  # it travels to workers as settings only
+    configs = _configs(op)
+    results = backend.measure(op, matrix, configs, 16, check=True, seed=1)
+    assert [r.config for r in results] == configs
+    for r in results:
+        assert r.error is None, r.error
+        assert r.correct is True and r.ok and r.time_ms > 0
+        assert r.extra["rpc_server"].startswith("127.0.0.1:") and r.extra["remote_threads"] == 1
+    meta = backend.metadata()
+    assert meta["rpc_key"] == KEYS[0] and meta["rpc_tracker"] == tracker and meta["host"] == f"rpc:{KEYS[0]}"
+
+
+def test_killing_the_server_mid_sweep_gives_error_results(cluster, monkeypatch):
+    tracker, procs = cluster
+    measured = []
+    original = rpc_backend._RemoteRun.measure
+
+    def measure_then_kill(self, config, library, check):
+        result = original(self, config, library, check)
+        measured.append(result)
+        if len(measured) == 1:  # the device dies after the first config
+            _kill(procs[KEYS[1]])
+        return result
+
+    monkeypatch.setattr(rpc_backend._RemoteRun, "measure", measure_then_kill)
+    backend = RPCLLVMBackend(tracker=tracker, key=KEYS[1], num_threads=1, cache_dir=None, repeats=1,
+                             timeout_s=5.0, request_timeout_s=3.0)
+    cpu = space.create("cpu", "spmm")
+    configs = [cpu.baseline()] + cpu.sample(4, seed=11)
+    start = time.time()
+    results = backend.measure(SPMM, generate("banded", 300, seed=1), configs, 8, check=True)
+    assert len(results) == len(configs)
+    assert results[0].ok and results[0].correct is True
+    assert all(r.error and r.error.startswith("rpc: ") and r.time_ms is None for r in results[1:])
+    # the lost session, then one bounded request for a fresh one, then the rest without waiting
+    assert "no device with key" not in results[1].error  # the session that was lost mid-sweep
+    assert "no device with key" in results[-1].error
+    assert time.time() - start < 30
+
+
+def test_unreachable_tracker_is_an_error_result_not_an_exception():
+    backend = RPCLLVMBackend(tracker=f"127.0.0.1:{_free_port()}", key="none", num_threads=1, cache_dir=None,
+                             request_timeout_s=2.0)
+    cpu = space.create("cpu", "spmm")
+    results = backend.measure(SPMM, generate("banded", 100, seed=0), [cpu.baseline(), cpu.baseline()], 8)
+    assert all(r.error.startswith("rpc: cannot reach the RPC tracker") for r in results)
+
+
+@pytest.mark.parametrize("bad", ["localhost", "host:port", ":9190", "h:0", "h:70000"])
+def test_bad_tracker_address_is_rejected(bad):
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_tracker(bad)
