@@ -4,6 +4,8 @@
         --corpus synthetic:N[:SEED]|DIR --configs-per-matrix C --out DIR
         [--seed S] [--feat N[,N...]] [--pool P] [--chunk K] [--min-rows R] [--max-rows R]
         [--threads T] [--repeats R] [--timeout S] [--check] [--quiet]
+        [--executor {local,ray} [--ray-address ADDR] [--workers W]]
+        [--rpc-tracker HOST:PORT --rpc-key KEY]
 
 Each matrix gets its own seeded sample of C configs, plus the platform's
 baseline config. With ``--pool P`` the samples are drawn from one seeded pool of
@@ -17,6 +19,12 @@ configs, written atomically, so a run killed at any point (even with -9)
 resumes where it stopped when started again with the same arguments, losing
 and duplicating nothing. A failing config is recorded with its error and the
 sweep goes on. `cognate_tvm.data.load_frame(DIR)` reads the result.
+
+``--executor ray`` runs the tasks on a Ray cluster (`cognate_tvm.executors.RayExecutor`):
+the one at ``--ray-address``, or a local one with ``--workers`` CPUs; this process
+still writes every part, so resuming works the same. ``--rpc-tracker``/``--rpc-key``
+(llvm) build kernels here and time them on a device behind a TVM RPC tracker
+(`cognate_tvm.backends.rpc`).
 """
 from __future__ import annotations
 
@@ -29,7 +37,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import backends, space
+from . import backends, executors, space
 from .data import collect, load_frame
 from .errors import CognateError
 from .matrix.corpus import load_corpus
@@ -72,6 +80,28 @@ def backend_options(args: argparse.Namespace) -> dict:
             "timeout_s": args.timeout}
 
 
+def make_backend(args: argparse.Namespace) -> backends.Backend:
+    """The target's backend; with --rpc-tracker, one that runs the kernels on a remote device."""
+    options = backend_options(args)
+    if not args.rpc_tracker and not args.rpc_key:
+        return backends.create(args.target, **options)
+    if not (args.rpc_tracker and args.rpc_key):
+        raise ValueError("--rpc-tracker HOST:PORT and --rpc-key KEY go together")
+    from .backends.rpc import create_rpc
+
+    options.pop("warmup", None)  # the device's time_evaluator warms up itself
+    return create_rpc(args.target, tracker=args.rpc_tracker, key=args.rpc_key, **options)
+
+
+def make_executor(args: argparse.Namespace) -> executors.Executor:
+    """Where the tasks run: this process, or a Ray cluster."""
+    if args.executor != "ray":
+        if args.ray_address is not None or args.workers is not None:
+            raise ValueError("--ray-address and --workers need --executor ray")
+        return executors.create(args.executor)
+    return executors.create("ray", address=args.ray_address, workers=args.workers)
+
+
 def run(args: argparse.Namespace) -> dict:
     if args.configs_per_matrix < 1:
         raise ValueError(f"--configs-per-matrix must be >= 1, got {args.configs_per_matrix}")
@@ -79,14 +109,15 @@ def run(args: argparse.Namespace) -> dict:
     if args.pool < 0:
         raise ValueError(f"--pool must be >= 0 (0: no pool), got {args.pool}")
     corpus = load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows)
-    backend = backends.create(args.target, **backend_options(args))
+    backend = make_backend(args)
     platform_space = space.create(backend.platform, args.op)
     pool = platform_space.sample_covering(args.pool, seed=args.seed) if args.pool else None
     configs = {entry.name: config_sample(platform_space, args.configs_per_matrix, args.seed, entry.name, pool)
                for entry in corpus}
-    for n, feat in enumerate(feats):
-        collect(backend, args.op, corpus[n::len(feats)], configs, args.out, feat=feat, check=args.check,
-                seed=args.seed, progress=not args.quiet, chunk=args.chunk)
+    with make_executor(args) as executor:
+        for n, feat in enumerate(feats):
+            collect(backend, args.op, corpus[n::len(feats)], configs, args.out, feat=feat, check=args.check,
+                    seed=args.seed, progress=not args.quiet, chunk=args.chunk, executor=executor)
     frame = load_frame(args.out)
     frame = frame[(frame["op"] == args.op) & (frame["platform"] == backend.platform)]
     return {"out": str(args.out), "matrices": int(frame["matrix"].nunique()), "rows": int(len(frame)),
@@ -112,6 +143,15 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=5.0, help="llvm: seconds one kernel call may take")
     parser.add_argument("--check", action="store_true", help="compare each output with scipy")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--executor", choices=executors.KINDS, default="local",
+                        help="where tasks run: this process, or a Ray cluster (needs the [distributed] extra)")
+    parser.add_argument("--ray-address", default=None,
+                        help="--executor ray: the cluster to join (default: start a local one)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="--executor ray without --ray-address: CPUs of the local cluster (default: all)")
+    parser.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT",
+                        help="llvm: run the kernels on a device behind this TVM RPC tracker")
+    parser.add_argument("--rpc-key", default=None, help="with --rpc-tracker: the device key")
     return parser
 
 
