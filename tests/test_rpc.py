@@ -6,6 +6,7 @@ groups) at the end. Every wait is bounded.
 """
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import signal
@@ -19,6 +20,8 @@ import pytest
 from cognate_tvm import space
 from cognate_tvm.backends import rpc as rpc_backend
 from cognate_tvm.backends.rpc import RPCLLVMBackend, RPCUnavailableError, parse_tracker, tracker_summary
+from cognate_tvm.collect import main as collect_main
+from cognate_tvm.data import load_frame
 from cognate_tvm.matrix import generate
 from cognate_tvm.ops import SDDMM, SPMM
 
@@ -99,6 +102,21 @@ def test_measures_through_the_tracker_and_outputs_match_scipy(cluster, op):
         assert r.extra["rpc_server"].startswith("127.0.0.1:") and r.extra["remote_threads"] == 1
     meta = backend.metadata()
     assert meta["rpc_key"] == KEYS[0] and meta["rpc_tracker"] == tracker and meta["host"] == f"rpc:{KEYS[0]}"
+
+
+def test_collect_cli_measures_on_the_rpc_device(cluster, tmp_path):
+    tracker, _ = cluster
+    out = tmp_path / "ds"
+    args = ["--target", "llvm", "--op", "spmm", "--corpus", "synthetic:1:3", "--min-rows", "1000",
+            "--max-rows", "1100", "--configs-per-matrix", "2", "--pool", "20", "--feat", "8", "--threads", "1", "--repeats", "1",
+            "--check", "--quiet", "--out", str(out)]
+    assert collect_main(args + ["--rpc-tracker", tracker, "--rpc-key", KEYS[0]]) == 0
+    frame = load_frame(out)
+    assert len(frame) in (2, 3) and frame["error"].isna().all() and (frame["correct"] == True).all()  # noqa: E712
+    meta = json.loads(frame["backend"].iloc[0])
+    assert meta["rpc_key"] == KEYS[0] and meta["rpc_tracker"] == tracker
+    assert collect_main(args + ["--rpc-tracker", tracker]) == 2  # --rpc-key missing
+    assert collect_main(args[:1] + ["spade"] + args[2:] + ["--rpc-tracker", tracker, "--rpc-key", "k"]) == 2
 
 
 def test_killing_the_server_mid_sweep_gives_error_results(cluster, monkeypatch):
