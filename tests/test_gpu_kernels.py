@@ -1,21 +1,26 @@
-"""CUDA kernels: format preparation (CPU), lowering + nvcc PTX for every config, GPU execution.
+"""CUDA kernels: format preparation (CPU), lowering + nvcc PTX for every config, timing, GPU execution.
 
-Without nvcc the PTX tests skip; without a GPU the execution tests skip. Every
-kernel variant of both ops is built into one TVM module per arch and the whole
-CUDA source goes through one nvcc call per arch (the two archs in parallel).
+Without nvcc the PTX tests skip; without a GPU the execution tests skip. "No
+GPU" is what the NVIDIA driver says (libcuda.so.1), never what TVM says: on a
+machine whose driver sees a GPU, a TVM that cannot load its CUDA runtime (e.g.
+no libcudart.so.13) fails the GPU tests instead of skipping them. Every kernel
+variant of both ops is built into one TVM module per arch and the whole CUDA
+source goes through one nvcc call per arch (the two archs in parallel).
 """
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import multiprocessing
+import os
 import re
+import time
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from cognate_tvm import backends
+from cognate_tvm.backends.cuda import time_launches as bcuda_time_launches
 from cognate_tvm.errors import DeviceUnavailableError, InvalidConfigError
 from cognate_tvm.kernels import cuda as kcuda
 from cognate_tvm.kernels import cuda_prep
@@ -24,19 +29,24 @@ from cognate_tvm.ops import get_op
 from cognate_tvm.space import create
 from cognate_tvm.space.gpu import GPUConfig
 
+
+def torch_int32():
+    import torch
+
+    return torch.int32
+
 OPS = ("spmm", "sddmm")
 NVCC = kcuda.find_nvcc()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found (PATH, /usr/local/cuda/bin)")
 
 
-@functools.lru_cache(maxsize=1)
-def _gpu_present() -> bool:
-    import tvm
+# TVM compiles device code when a module is loaded on a GPU: with NVRTC (cuda-bindings) or
+# nvcc. The tests choose it the way the backend and benchmarks/gpu_check.py do.
+COMPILE_MODE = kcuda.select_compile_mode()
+GPU_COUNT, GPU_DETAIL = kcuda.driver_gpu_count()
 
-    return bool(tvm.cuda(0).exist)
 
-
-needs_gpu = pytest.mark.skipif("not _gpu_present()", reason="no CUDA GPU visible to TVM")
+needs_gpu = pytest.mark.skipif(GPU_COUNT == 0, reason=f"no NVIDIA GPU: {GPU_DETAIL}")
 
 
 def _edge_matrices() -> dict[str, sp.csr_matrix]:
@@ -227,18 +237,144 @@ def test_backend_settings_are_checked():
         backends.create("cuda", compile_only=True).measure("spmm", _edge_matrices()["graph"], [], 0)
 
 
-@pytest.mark.skipif("_gpu_present()", reason="a GPU is present: the no-GPU error does not apply")
+@pytest.mark.skipif(GPU_COUNT > 0, reason="a GPU is present: the no-GPU error does not apply")
 def test_measure_without_gpu_raises_clear_error():
     backend = backends.create("cuda")
-    with pytest.raises(DeviceUnavailableError, match="compile_only=True"):
+    with pytest.raises(DeviceUnavailableError, match="compile_only=True") as info:
         backend.measure("spmm", _edge_matrices()["graph"], [create("gpu", "spmm").baseline()], 32)
+    assert "libcuda.so.1" in str(info.value) or "driver" in str(info.value)
 
 
-# -- GPU execution (skipped without a GPU) ----------------------------------------------
+def test_gpu_without_a_usable_tvm_runtime_is_an_error_not_no_gpu(monkeypatch):
+    """The driver sees a GPU but libtvm_runtime_cuda.so does not load: the message says why."""
+    from cognate_tvm.backends import cuda as bcuda
+
+    reason = "OSError: libcudart.so.13: cannot open shared object file: No such file or directory"
+    monkeypatch.setattr(bcuda.kcuda, "cuda_runtime_status", lambda device_id=0: {
+        "driver_gpus": 1, "driver": "the NVIDIA driver reports 1 GPU(s)", "tvm_runtime_error": reason,
+        "tvm_device": False, "compile_mode": "nvcc", "nvcc": None})
+    with pytest.raises(DeviceUnavailableError, match="cannot use it") as info:
+        bcuda.require_gpu(0)
+    assert "libcudart.so.13" in str(info.value) and "compile_only" not in str(info.value)
+
+
+def test_compile_mode_is_chosen_and_explicit_settings_win(monkeypatch, tmp_path):
+    assert os.environ[kcuda.COMPILE_MODE_ENV] in ("nvcc", "nvrtc") and COMPILE_MODE in ("nvcc", "nvrtc")
+    assert kcuda.select_compile_mode({kcuda.COMPILE_MODE_ENV: "NVRTC"}) == "nvrtc"
+    fake_nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    fake_nvcc.parent.mkdir(parents=True)
+    fake_nvcc.write_text("#!/bin/sh\n")
+    fake_nvcc.chmod(0o755)
+    monkeypatch.setattr(kcuda.importlib.util, "find_spec", lambda name: None)  # no cuda-bindings
+    monkeypatch.setattr(kcuda, "find_nvcc", lambda nvcc=None: str(fake_nvcc))
+    env = {"PATH": str(tmp_path / "empty")}
+    assert kcuda.select_compile_mode(env) == "nvcc"
+    assert env[kcuda.COMPILE_MODE_ENV] == "nvcc" and env["PATH"].split(os.pathsep)[0] == str(fake_nvcc.parent)
+
+
+def test_runtime_status_tells_driver_and_tvm_apart():
+    status = kcuda.cuda_runtime_status(0)
+    assert status["driver_gpus"] == GPU_COUNT and status["compile_mode"] in ("nvcc", "nvrtc")
+    if GPU_COUNT == 0:
+        assert status["tvm_device"] is False
+    else:  # a GPU machine: TVM must be able to use it (fails, never skips)
+        assert status["tvm_runtime_error"] is None and status["tvm_device"], status
+
+
+# -- timing and checking: the same code for our kernels and cuSPARSE -----------------------
+class HostEvent:
+    """A stand-in for torch.cuda.Event that reads the host clock."""
+
+    def record(self):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1e3
+
+
+def test_time_launches_runs_back_to_back_and_checks_every_sample():
+    calls, events = [], []
+
+    def launch():
+        calls.append(("launch", len(events)))
+        time.sleep(0.0002)
+
+    def make_event():
+        events.append(HostEvent())
+        return events[-1]
+
+    fills, checks = [], iter([True, False, True])
+    timing = bcuda_time_launches(launch, make_event=make_event, number=4, repeat=3,
+                                 before=lambda: fills.append(len(calls)), after=lambda: next(checks))
+    assert timing.number == 4 and len(timing.samples_ms) == 3 and timing.checks == [True, False, True]
+    assert len(calls) == 12 and fills == [0, 4, 8]  # the fill comes before each sample, outside its events
+    assert len(events) == 6 and all(0.15 < t < 50 for t in timing.samples_ms)  # per launch, not per sample
+    assert timing.median_ms == sorted(timing.samples_ms)[1]
+    with pytest.raises(ValueError, match="number and repeat"):
+        bcuda_time_launches(launch, make_event=make_event, number=0, repeat=1)
+
+
+def test_time_launches_raises_launch_count_to_fill_a_sample():
+    count = [0]
+
+    def launch():
+        count[0] += 1
+        time.sleep(0.0005)
+
+    timing = bcuda_time_launches(launch, make_event=HostEvent, number=1, repeat=2, min_sample_ms=5.0)
+    assert timing.number >= 6 and count[0] >= 2 * timing.number
+    assert all(s * timing.number >= 4.0 for s in timing.samples_ms)
+
+
+def test_outputs_match_rejects_nan_and_unwritten():
+    from cognate_tvm.backends.cuda import outputs_match
+
+    expected = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+    assert outputs_match(expected, expected + 1e-5)
+    partial = expected.copy()
+    partial[1, 2] = np.nan  # an element the kernel never wrote, after a NaN fill
+    assert not outputs_match(expected, partial) and not outputs_match(expected, expected[:2])
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_cusparse_launcher_on_cpu_int32_no_extra_multiply(op):
+    """The vendor path, run through torch's CPU kernels: int32 CSR, and SDDMM's timed call returns
+    the sampled dot products only (A's values are applied outside the timing)."""
+    from cognate_tvm.backends.cuda import CuSparseLibrary, csr_tensor
+
+    op_ = get_op(op)
+    matrix = _edge_matrices()["skewed_wide"]
+    dense = op_.make_dense_inputs(matrix, 13, seed=0)
+    assert csr_tensor(matrix, "cpu").crow_indices().dtype == torch_int32()
+    library = CuSparseLibrary(number=2, repeat=2, min_sample_ms=0)
+    launch, finish = library.launcher(op, matrix, dense, device="cpu")
+    raw = launch()
+    np.testing.assert_allclose(finish(raw), op_.reference(matrix, *dense), rtol=1e-4, atol=1e-4)
+    if op == "sddmm":
+        rows = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
+        dots = np.einsum("nj,nj->n", dense[0][rows], dense[1][matrix.indices])
+        np.testing.assert_allclose(raw.values().numpy(), dots, rtol=1e-4, atol=1e-4)
+    result = library.measure(op, matrix, 13, device="cpu", make_event=HostEvent)
+    assert result["correct"] is True and result["wrong_runs"] == [] and len(result["samples_ms"]) == 2
+    assert result["time_ms"] > 0 and "int32" in result["method"]
+
+
+def test_backend_vendor_shares_timing_settings():
+    backend = backends.create("cuda", number=7, repeat=3, min_repeat_ms=2.5)
+    vendor = backend.vendor()
+    assert (vendor.number, vendor.repeat, vendor.min_sample_ms) == (7, 3, 2.5)
+
+
+# -- GPU execution (skipped without a GPU; fails on a GPU that TVM cannot use) ---------------
 @pytest.fixture(scope="module")
 def gpu_backend():
     """One backend for all GPU tests, so every kernel variant is built once."""
-    return backends.create("cuda", number=1, repeat=1, min_repeat_ms=0)
+    status = kcuda.cuda_runtime_status(0)
+    assert status["tvm_device"], f"a GPU is present ({status['driver']}) but TVM cannot use it: {status}"
+    return backends.create("cuda", number=2, repeat=2, min_repeat_ms=0)
 
 
 @needs_gpu
@@ -251,7 +387,8 @@ def test_every_config_is_correct_on_gpu(gpu_backend, op, name):
     configs = create("gpu", op).configs()
     for feat in (32, 13):
         results = backend.measure(op, matrix, configs, feat, check=True, seed=feat)
-        bad = [(r.config, r.error) for r in results if not (r.ok and r.correct)]
+        bad = [(r.config, r.error, r.extra.get("wrong_runs")) for r in results if not (r.ok and r.correct)]
+        assert all(r.extra.get("checked_runs") == 3 for r in results if r.ok)  # warm-up + 2 timed samples
         assert not bad, f"{len(bad)} of {len(configs)} configs failed on {name}, feat={feat}: {bad[:3]}"
 
 
@@ -266,7 +403,8 @@ def test_cusparse_vendor_matches_scipy(op):
     op_ = get_op(op)
     matrix = _edge_matrices()["graph"]
     dense = op_.make_dense_inputs(matrix, 32, seed=0)
-    vendor = backends.create("cuda").vendor()
+    vendor = backends.create("cuda", number=3, repeat=2).vendor()
     np.testing.assert_allclose(vendor.run(op, matrix, dense), op_.reference(matrix, *dense),
                                rtol=1e-3, atol=1e-3)
-    assert vendor.time_ms(op, matrix, 32) > 0
+    result = vendor.measure(op, matrix, 32)
+    assert result["correct"] is True and result["time_ms"] > 0

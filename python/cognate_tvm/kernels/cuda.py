@@ -23,13 +23,16 @@ product over its vectors and the group sums it with `__shfl_xor_sync`.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
+import importlib.util
 import logging
 import math
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,3 +203,123 @@ def compile_ptx(source: str, *, arch: str = "sm_80", nvcc: str | os.PathLike | N
 def ptx_entries(ptx: str) -> set[str]:
     """Names of the kernels (`.entry`) defined in a PTX text."""
     return set(re.findall(r"\.entry\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(", ptx))
+
+
+# -- the CUDA runtime: finding it, and telling "no GPU" from "GPU but TVM cannot use it" --------
+CUDART_SONAME = "libcudart.so.13"  # what the PyPI TVM wheel's libtvm_runtime_cuda.so links
+COMPILE_MODE_ENV = "TVM_CUDA_COMPILE_MODE"
+
+
+def driver_gpu_count() -> tuple[int, str]:
+    """GPUs the NVIDIA driver reports (libcuda.so.1, independent of TVM and torch), and how it knows.
+
+    Returns (count, detail); count 0 with the reason when there is no driver or no device.
+    """
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as err:
+        return 0, f"no NVIDIA driver (libcuda.so.1 does not load: {err})"
+    status = libcuda.cuInit(0)
+    if status != 0:
+        return 0, f"the NVIDIA driver is present but cuInit failed (CUresult {status})"
+    count = ctypes.c_int(0)
+    status = libcuda.cuDeviceGetCount(ctypes.byref(count))
+    if status != 0:
+        return 0, f"cuDeviceGetCount failed (CUresult {status})"
+    return int(count.value), f"the NVIDIA driver reports {count.value} GPU(s)"
+
+
+def cudart_candidates() -> list[Path]:
+    """Places a CUDA 13 runtime library may live: CUDA_HOME/CUDA_PATH, /usr/local/cuda, and the
+    `nvidia` wheels next to torch (nvidia/cu13/lib, nvidia/cuda_runtime/lib) on sys.path."""
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    dirs = [Path(r) / sub for r in roots if r for sub in ("lib64", "lib", "targets/x86_64-linux/lib")]
+    for entry in sys.path:
+        base = Path(entry or ".") / "nvidia"
+        dirs += [base / "cu13" / "lib", base / "cuda_runtime" / "lib"]
+    return [d / CUDART_SONAME for d in dirs if (d / CUDART_SONAME).is_file()]
+
+
+def preload_cudart() -> str | None:
+    """Load libcudart.so.13 with RTLD_GLOBAL so TVM's CUDA runtime links against it.
+
+    A copy the process already has (e.g. torch's) is reused, since the dynamic
+    loader matches by soname. Returns the path (or soname) loaded, None if none is found.
+    """
+    try:
+        ctypes.CDLL(CUDART_SONAME, mode=os.RTLD_GLOBAL)
+        return CUDART_SONAME
+    except OSError:
+        pass
+    for path in cudart_candidates():
+        try:
+            ctypes.CDLL(str(path), mode=os.RTLD_GLOBAL)
+            return str(path)
+        except OSError as err:
+            logger.debug("cannot load %s: %s", path, err)
+    return None
+
+
+def select_compile_mode(environ: dict | None = None) -> str:
+    """Choose how TVM compiles CUDA device code and set `TVM_CUDA_COMPILE_MODE` if unset.
+
+    TVM 0.27 compiles a CUDA module's source when the module is created on a
+    machine with a GPU, through `tvm_callback_cuda_compile`: NVRTC (its default)
+    needs the `cuda-bindings` package, nvcc needs nvcc on PATH. NVRTC is kept
+    when `cuda.bindings.nvrtc` imports; otherwise nvcc is chosen, and the
+    directory of `find_nvcc()` is put on PATH when nvcc is not there yet.
+    An explicit setting is respected. Returns the mode in force.
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get(COMPILE_MODE_ENV):
+        return environ[COMPILE_MODE_ENV].lower()
+    try:
+        has_nvrtc = importlib.util.find_spec("cuda.bindings.nvrtc") is not None
+    except (ImportError, ValueError):
+        has_nvrtc = False
+    mode = "nvrtc" if has_nvrtc else "nvcc"
+    environ[COMPILE_MODE_ENV] = mode
+    if mode == "nvcc" and shutil.which("nvcc", path=environ.get("PATH")) is None:
+        nvcc = find_nvcc()
+        if nvcc is not None:
+            environ["PATH"] = os.pathsep.join([str(Path(nvcc).parent), environ.get("PATH", "")])
+    return mode
+
+
+def load_tvm_cuda_runtime() -> str | None:
+    """Make TVM's CUDA runtime (libtvm_runtime_cuda.so) usable; None on success, else why not.
+
+    `import tvm` tries to load it once and silently gives up when libcudart.so.13
+    or libcuda.so.1 cannot be found, after which `tvm.cuda(0).exist` is False
+    even on a GPU machine. This preloads the CUDA runtime and loads TVM's
+    library again, returning the loader's message when it still fails.
+    """
+    preload_cudart()
+    from tvm.base import _LOADED_LIBS
+    from tvm_ffi.libinfo import load_lib_ctypes
+
+    if "tvm_runtime_cuda" in _LOADED_LIBS:
+        return None
+    runtime_dir = Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent
+    try:
+        _LOADED_LIBS["tvm_runtime_cuda"] = load_lib_ctypes(package="tvm", target_name="tvm_runtime_cuda",
+                                                            extra_lib_paths=[runtime_dir], mode="RTLD_LOCAL")
+    except (OSError, FileNotFoundError, RuntimeError) as err:
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def cuda_runtime_status(device_id: int = 0) -> dict:
+    """What a GPU run needs, checked in order: driver GPUs, TVM's CUDA runtime, TVM's device.
+
+    Keys: driver_gpus, driver (detail), tvm_runtime_error (None when loaded),
+    tvm_device (tvm.cuda(device_id).exist), compile_mode, nvcc.
+    """
+    gpus, detail = driver_gpu_count()
+    mode = select_compile_mode()
+    error = load_tvm_cuda_runtime()
+    import tvm
+
+    exists = bool(tvm.cuda(device_id).exist) if error is None else False
+    return {"driver_gpus": gpus, "driver": detail, "tvm_runtime_error": error, "tvm_device": exists,
+            "compile_mode": mode, "nvcc": shutil.which("nvcc") or find_nvcc()}

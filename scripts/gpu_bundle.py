@@ -1,0 +1,481 @@
+"""Build the payload that carries TVM and the GPU check's other missing pieces to the GPU machine.
+
+The GPU (H200) machine has Python 3.12 with torch, nvcc 13.0 and no TVM, and
+nothing can be fetched there: what it lacks travels as ignored files inside
+the repository's working tree, at most 64 MiB per device call (tree included).
+The apache-tvm wheel alone is 100 MB, so the payload is trimmed, compressed
+with xz (x86 branch filter + LZMA2) and, when it is still too large for one
+call, split into parts that go over several calls to a warm machine (ignored
+files in the tree stay there between calls). docs/gpu.md says how to run it.
+
+Groups (each one .tar.xz, split into parts when needed):
+
+- ``tvm``: the apache-tvm wheel (pure Python + prebuilt libraries, the same for
+  every Python version), minus what a CUDA build and run never reads
+  (`DROP_PREFIXES`). Compressing its 259 MB compiler library is the slow step,
+  so the archive is cached by wheel hash, trim rules and xz settings.
+- ``core``: what depends on the Python version or is small: apache-tvm-ffi,
+  ml_dtypes, tqdm, pyamg, the project's C++ extension ``_formats`` compiled for
+  that Python (when an interpreter of that version is found here) and the
+  pybind11 headers (so the device can compile it itself otherwise).
+- ``extra`` (only with ``--extra``): numpy, scipy, pandas and their pure
+  dependencies; `gpu_run.sh` puts them on the path *after* the machine's own
+  packages, so they are used only where the machine lacks one.
+
+Output (``--out``, default ``.gpu_bundle/cp312``): ``manifest.json`` (files,
+sizes, sha256, what was dropped) and ``call1/``, ``call2/``, ...: the files to
+carry in each device call, each call within ``--call-mib`` minus the tree.
+
+    nice -n 19 python scripts/gpu_bundle.py --python 3.12
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import io
+import json
+import logging
+import lzma
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+log = logging.getLogger("gpu_bundle")
+
+REPO = Path(__file__).resolve().parent.parent
+MIB = 1 << 20
+CALL_LIMIT_MIB = 64  # what one device call carries, working tree included
+MARGIN_MIB = 2       # left free in each call (the tree grows, transfer overheads)
+
+TVM_WHEELS = ("apache-tvm==0.27.0.post1",)
+CORE_WHEELS = ("apache-tvm-ffi==0.1.14.post1", "ml_dtypes==0.6.0", "tqdm==4.70.1", "pyamg==5.4.1")
+EXTRA_WHEELS = ("numpy==2.4.6", "scipy==1.17.1", "pandas==3.1.1", "python-dateutil==4.0.0", "tzdata==2026.6")
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+
+# Paths (relative to site-packages) that neither `import tvm`, nor building a
+# CUDA module, nor compiling and running it reads: C++ sources and headers of
+# TVM and its FFI (the generated CUDA code includes only CUDA's own headers),
+# CUTLASS, the web runtime, CMake files and the FFI's test library.
+DROP_PREFIXES = (
+    "tvm/3rdparty/", "tvm/src/", "tvm/include/", "tvm/web/", "tvm/cmake/", "tvm/lib64/",
+    "tvm_ffi/include/", "tvm_ffi/3rdparty/", "tvm_ffi/src/", "tvm_ffi/cython/", "tvm_ffi/share/",
+    "tvm_ffi/CMakeLists.txt", "tvm_ffi/lib/libtvm_ffi_testing.so",
+)
+DROP_DIR_NAMES = ("__pycache__",)
+
+
+@dataclasses.dataclass(frozen=True)
+class XZSettings:
+    """How the archives are compressed; part of the cache key."""
+
+    preset: int = 9
+    extreme: bool = False
+    x86: bool = True  # branch-call-jump filter: ~10% smaller x86-64 libraries
+
+    def filters(self) -> list[dict]:
+        preset = self.preset | (lzma.PRESET_EXTREME if self.extreme else 0)
+        chain = [{"id": lzma.FILTER_X86}] if self.x86 else []
+        return chain + [{"id": lzma.FILTER_LZMA2, "preset": preset}]
+
+    def key(self) -> str:
+        return f"p{self.preset}{'e' if self.extreme else ''}{'-x86' if self.x86 else ''}"
+
+
+# -- trimming ---------------------------------------------------------------------------
+def is_dropped(relpath: str, prefixes: tuple[str, ...] = DROP_PREFIXES) -> bool:
+    """True for a site-packages-relative path (posix) that the payload leaves out."""
+    parts = relpath.split("/")
+    if any(p in DROP_DIR_NAMES for p in parts[:-1]) or relpath.endswith(".pyc"):
+        return True
+    return any(relpath == p.rstrip("/") or relpath.startswith(p) for p in prefixes)
+
+
+def unpack_wheel(wheel: Path, site: Path, prefixes: tuple[str, ...] = DROP_PREFIXES) -> dict:
+    """Extract `wheel` into `site` without the dropped paths; returns byte counts kept/dropped."""
+    kept = dropped = 0
+    dropped_top: dict[str, int] = {}
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            name = info.filename
+            if name.startswith("/") or ".." in Path(name).parts:
+                raise ValueError(f"{wheel.name}: unsafe path {name!r}")
+            if is_dropped(name, prefixes):
+                dropped += info.file_size
+                top = "/".join(name.split("/")[:2])
+                dropped_top[top] = dropped_top.get(top, 0) + info.file_size
+                continue
+            target = site / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            mode = (info.external_attr >> 16) & 0o777
+            os.chmod(target, mode or 0o644)
+            kept += info.file_size
+    return {"wheel": wheel.name, "kept_bytes": kept, "dropped_bytes": dropped,
+            "dropped": dict(sorted(dropped_top.items(), key=lambda kv: -kv[1]))}
+
+
+# -- archives and parts -------------------------------------------------------------------
+def make_archive(root: Path, archive: Path, xz: XZSettings) -> None:
+    """Deterministic tar.xz of everything under `root` (sorted names, fixed mtime and owner)."""
+    def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+        return info
+
+    tmp = archive.with_name(archive.name + ".tmp")
+    with lzma.open(tmp, "wb", format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, filters=xz.filters()) as raw:
+        with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for path in sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink()):
+                tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False, filter=clean)
+    tmp.replace(archive)
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def split_file(path: Path, out_dir: Path, max_bytes: int) -> list[Path]:
+    """Cut `path` into ceil(size / max_bytes) parts of (nearly) equal size: NAME.part-00, ..."""
+    size = path.stat().st_size
+    count = max(1, -(-size // max_bytes))
+    step = -(-size // count)
+    parts = []
+    with open(path, "rb") as f:
+        for n in range(count):
+            part = out_dir / f"{path.name}.part-{n:02d}"
+            with open(part, "wb") as dst:
+                left = min(step, size - n * step)
+                while left > 0:
+                    block = f.read(min(left, 1 << 20))
+                    dst.write(block)
+                    left -= len(block)
+            parts.append(part)
+    return parts
+
+
+def group_entry(archive: Path, parts: list[Path]) -> dict:
+    """A group's manifest entry: the whole archive's name and sha256, and each part's."""
+    digest = hashlib.sha256()
+    for part in parts:
+        with open(part, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return {"archive": archive.name, "bytes": sum(p.stat().st_size for p in parts), "sha256": digest.hexdigest(),
+            "parts": [{"file": p.name, "bytes": p.stat().st_size, "sha256": sha256(p)} for p in parts]}
+
+
+def plan_calls(files: list[tuple[str, int]], budget: int) -> list[list[str]]:
+    """Group (name, size) files, in order, into calls of at most `budget` bytes each."""
+    calls: list[list[str]] = [[]]
+    used = 0
+    for name, size in files:
+        if size > budget:
+            raise ValueError(f"{name} ({size} bytes) exceeds the per-call budget of {budget} bytes")
+        if used + size > budget and calls[-1]:
+            calls.append([])
+            used = 0
+        calls[-1].append(name)
+        used += size
+    return calls
+
+
+def tree_bytes(repo: Path = REPO) -> int:
+    """Bytes of the working tree a device call copies: tracked and untracked-not-ignored files."""
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=repo,
+                         capture_output=True, check=True).stdout
+    return sum((repo / name).stat().st_size for name in set(out.decode().split("\0")) if name
+               and (repo / name).is_file())
+
+
+# -- wheels ---------------------------------------------------------------------------------
+def download(requirements: tuple[str, ...], dest: Path, python: str) -> list[Path]:
+    """cp<XY> manylinux wheels of `requirements` (no dependencies) into `dest`; their paths."""
+    dest.mkdir(parents=True, exist_ok=True)
+    tag = "cp" + python.replace(".", "")
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+           "--python-version", python, "--implementation", "cp", "--abi", tag, "--abi", "abi3",
+           "--abi", "none", "-d", str(dest)]
+    for platform in PLATFORMS:
+        cmd += ["--platform", platform]
+    subprocess.run(cmd + ["--platform", "any", *requirements], check=True)
+    wheels = []
+    for req in requirements:
+        name, version = req.split("==")
+        stem = re.sub(r"[-_.]+", "_", name).lower()
+        found = [w for w in dest.glob("*.whl") if re.sub(r"[-_.]+", "_", w.name.split("-")[0]).lower() == stem
+                 and w.name.split("-")[1] == version and _fits(w.name, tag)]
+        if not found:
+            raise FileNotFoundError(f"no wheel of {req} for {tag} in {dest}")
+        wheels.append(sorted(found)[0])
+    return wheels
+
+
+def _fits(wheel_name: str, tag: str) -> bool:
+    python_tag, abi_tag = wheel_name[:-4].split("-")[-3:-1]
+    return tag in python_tag.split(".") or python_tag.startswith("py3") or abi_tag == "abi3"
+
+
+# -- the project's C++ extension ----------------------------------------------------------------
+def find_python(version: str) -> Path | None:
+    """An interpreter of `version` (e.g. "3.12") on PATH or under pyenv, or None."""
+    candidates = [shutil.which(f"python{version}")]
+    candidates += sorted(str(p) for p in Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
+    for exe in candidates:
+        if not exe:
+            continue
+        try:
+            out = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                 capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0 and out.stdout.strip() == version:
+            return Path(exe)
+    return None
+
+
+def build_formats(python_exe: Path, out_dir: Path, repo: Path = REPO) -> Path:
+    """Compile src/formats into cognate_tvm's `_formats` extension for `python_exe`."""
+    import pybind11
+
+    info = subprocess.run([str(python_exe), "-c", "import sysconfig; print(sysconfig.get_paths()['include']); "
+                           "print(sysconfig.get_config_var('EXT_SUFFIX'))"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    include, suffix = info[0], info[1]
+    out = out_dir / f"_formats{suffix}"
+    sources = sorted(str(p) for p in (repo / "src" / "formats").glob("*.cc"))
+    cmd = [os.environ.get("CXX", "g++"), "-O3", "-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden",
+           "-static-libstdc++", "-static-libgcc", f"-I{include}", f"-I{pybind11.get_include()}",
+           f"-I{repo / 'src' / 'formats'}", *sources, "-o", str(out)]
+    subprocess.run(cmd, check=True)
+    return out
+
+
+def glibc_needed(library: Path) -> str | None:
+    """The newest GLIBC_x.y symbol version `library` needs (objdump), or None if unknown."""
+    try:
+        text = subprocess.run(["objdump", "-T", str(library)], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    versions = {tuple(int(x) for x in v.split(".")) for v in re.findall(r"GLIBC_(\d+\.\d+(?:\.\d+)?)", text)}
+    return ".".join(map(str, max(versions))) if versions else None
+
+
+# -- the whole build --------------------------------------------------------------------------------
+def build_group(name: str, wheels: list[Path], work: Path, archive: Path, xz: XZSettings,
+                extra_files: dict[str, Path] | None = None) -> dict:
+    """Unpack + trim `wheels` (plus `extra_files`: arcname -> path) and compress to `archive`."""
+    site = work / name
+    shutil.rmtree(site, ignore_errors=True)
+    site.mkdir(parents=True)
+    stats = [unpack_wheel(w, site) for w in wheels]
+    for arcname, path in (extra_files or {}).items():
+        target = site / arcname
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            shutil.copytree(path, target)
+        else:
+            shutil.copy2(path, target)
+    unpacked = sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
+    log.info("%s: %d wheels, %.1f MB unpacked after trimming; compressing (%s)", name, len(wheels),
+             unpacked / 1e6, xz.key())
+    make_archive(site, archive, xz)
+    shutil.rmtree(site)
+    return {"wheels": stats, "unpacked_bytes": unpacked}
+
+
+def build(args) -> dict:
+    python = args.python
+    tag = "cp" + python.replace(".", "")
+    out = args.out or REPO / ".gpu_bundle" / tag
+    cache = args.cache
+    xz = XZSettings(preset=args.xz_preset, extreme=args.extreme, x86=not args.no_x86)
+    wheel_dir = cache / "wheels" / tag
+    work = Path(tempfile.mkdtemp(prefix="gpu_bundle_", dir=args.tmp))
+    archives: dict[str, Path] = {}
+    report: dict = {"python": python, "tag": tag, "xz": xz.key(), "groups": {}}
+    try:
+        # tvm: one wheel for every Python; cached, since compressing it takes minutes
+        tvm_wheels = download(TVM_WHEELS, wheel_dir, python)
+        trim_key = hashlib.sha256(json.dumps([DROP_PREFIXES, DROP_DIR_NAMES]).encode()).hexdigest()[:10]
+        key = f"{sha256(tvm_wheels[0])[:16]}-{trim_key}-{xz.key()}"
+        cached = cache / "archives" / f"tvm-{key}.tar.xz"
+        cached_stats = cached.with_suffix(".json")
+        if cached.is_file() and cached_stats.is_file():
+            log.info("tvm: cached archive %s", cached)
+            stats = json.loads(cached_stats.read_text())
+        else:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            stats = build_group("tvm", tvm_wheels, work, cached, xz)
+            cached_stats.write_text(json.dumps(stats, indent=1))
+        archives["tvm"] = cached
+        report["groups"]["tvm"] = stats
+
+        # core: version-specific wheels, the _formats extension, pybind11 headers
+        core_wheels = download(CORE_WHEELS, wheel_dir, python)
+        import pybind11
+
+        extra_files = {"_cognate/pybind11/include": Path(pybind11.get_include())}
+        exe = Path(args.python_exe) if args.python_exe else find_python(python)
+        if exe is None:
+            log.warning("no Python %s interpreter here: _formats is left for gpu_run.sh to compile on "
+                        "the device (needs g++ and Python headers there)", python)
+            report["formats_extension"] = None
+        else:
+            ext = build_formats(exe, work)
+            extra_files[f"_cognate/{ext.name}"] = ext
+            report["formats_extension"] = {"file": ext.name, "built_with": str(exe),
+                                           "glibc_needed": glibc_needed(ext)}
+            log.info("built %s with %s (needs glibc %s)", ext.name, exe, report["formats_extension"]["glibc_needed"])
+        archives["core"] = work / f"core-{tag}.tar.xz"
+        report["groups"]["core"] = build_group("core", core_wheels, work, archives["core"], xz, extra_files)
+
+        if args.extra:
+            extra_wheels = download(EXTRA_WHEELS, wheel_dir, python)
+            archives["extra"] = work / f"extra-{tag}.tar.xz"
+            report["groups"]["extra"] = build_group("extra", extra_wheels, work, archives["extra"], xz)
+
+        # parts and calls
+        tree = tree_bytes()
+        budget = args.call_mib * MIB - tree - MARGIN_MIB * MIB
+        if budget <= 0:
+            raise ValueError(f"the working tree ({tree} bytes) leaves no room in a {args.call_mib} MiB call")
+        shutil.rmtree(out, ignore_errors=True)
+        staging = out / "all"
+        staging.mkdir(parents=True)
+        files: list[tuple[str, int]] = []
+        order = ["tvm", "extra", "core"]  # core last: it is small and fills the last call
+        for name in order:
+            if name not in archives:
+                continue
+            src = archives[name]
+            archive_name = f"{name}-{tag}.tar.xz" if name != "tvm" else "tvm.tar.xz"
+            whole = staging / archive_name
+            shutil.copy2(src, whole)
+            parts = split_file(whole, staging, budget) if whole.stat().st_size > budget else [whole]
+            if parts != [whole]:
+                whole.unlink()
+            report["groups"][name].update(group_entry(whole, parts))
+            files += [(p.name, p.stat().st_size) for p in parts]
+        calls = plan_calls(files, budget)
+        for n, names in enumerate(calls, 1):
+            call_dir = out / f"call{n}"
+            call_dir.mkdir()
+            for fname in names:
+                (staging / fname).rename(call_dir / fname)
+        staging.rmdir()
+        report.update({"tree_bytes": tree, "call_budget_bytes": budget,
+                       "calls": [[f"call{n}/{f}" for f in names] for n, names in enumerate(calls, 1)],
+                       "total_bytes": sum(s for _, s in files)})
+        manifest = json.dumps(report, indent=1)
+        for n in range(1, len(calls) + 1):  # every call carries the manifest
+            (out / f"call{n}" / "manifest.json").write_text(manifest)
+        (out / "manifest.json").write_text(manifest)
+        return report
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# -- on the device: verify and unpack ----------------------------------------------------------------
+def unpack(manifest_path: Path, sources: list[Path], site: Path) -> dict[str, Path]:
+    """Reassemble each group of `manifest_path` from parts found in `sources`, check sha256, extract.
+
+    Group `g` goes to `site`/`g`; a group already extracted from the same archive
+    (stamp file) is skipped. Returns {group: directory}. Raises FileNotFoundError
+    naming the missing parts (e.g. a call whose files never arrived).
+    """
+    report = json.loads(manifest_path.read_text())
+    found = {p.name: p for src in sources if src.is_dir() for p in src.iterdir() if p.is_file()}
+    out: dict[str, Path] = {}
+    for name, group in report["groups"].items():
+        target = site / name
+        stamp = site / f".{name}.sha256"
+        out[name] = target
+        if stamp.is_file() and stamp.read_text().strip() == group["sha256"] and target.is_dir():
+            log.info("%s: already unpacked", name)
+            continue
+        missing = [p["file"] for p in group["parts"] if p["file"] not in found]
+        if missing:
+            raise FileNotFoundError(f"group {name}: missing {missing} (looked in {[str(s) for s in sources]}); "
+                                    f"carry every call{{N}} directory of the manifest first")
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        digest = hashlib.sha256()
+        with tempfile.TemporaryFile() as whole:
+            for part in group["parts"]:
+                path = found[part["file"]]
+                if sha256(path) != part["sha256"]:
+                    raise ValueError(f"{path}: sha256 differs from the manifest (a stale or truncated part)")
+                with open(path, "rb") as f:
+                    for block in iter(lambda: f.read(1 << 20), b""):
+                        digest.update(block)
+                        whole.write(block)
+            if digest.hexdigest() != group["sha256"]:
+                raise ValueError(f"group {name}: reassembled archive's sha256 differs from the manifest")
+            whole.seek(0)
+            _extract(whole, target)
+        stamp.write_text(group["sha256"])
+        log.info("%s: unpacked %s into %s", name, group["archive"], target)
+    return out
+
+
+def _extract(fileobj, target: Path) -> None:
+    try:
+        import lzma as _lzma  # noqa: F401 - some Pythons are built without it
+    except ImportError:
+        subprocess.run(f"xz -dc | tar -x -C '{target}'", shell=True, stdin=fileobj, check=True)
+        return
+    with tarfile.open(fileobj=fileobj, mode="r:xz") as tar:
+        tar.extractall(target, filter="data")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build the payload here")
+    b.add_argument("--python", default="3.12", help="Python version of the GPU machine (default 3.12)")
+    b.add_argument("--python-exe", help="an interpreter of that version, to compile _formats with")
+    b.add_argument("--out", type=Path, help="output directory (default .gpu_bundle/cpXY)")
+    b.add_argument("--cache", type=Path, default=REPO / ".gpu_bundle" / "cache",
+                   help="downloaded wheels and the compressed tvm archive")
+    b.add_argument("--tmp", type=Path, default=None, help="scratch directory (needs ~400 MB)")
+    b.add_argument("--call-mib", type=int, default=CALL_LIMIT_MIB, help="what one device call carries")
+    b.add_argument("--xz-preset", type=int, default=9, choices=range(10))
+    b.add_argument("--extreme", action="store_true", help="xz --extreme (slower, ~1%% smaller)")
+    b.add_argument("--no-x86", action="store_true", help="without the x86 branch filter")
+    b.add_argument("--extra", action="store_true", help="also carry numpy, scipy, pandas (extra group)")
+    u = sub.add_parser("unpack", help="on the device: check and extract the carried parts")
+    u.add_argument("--manifest", type=Path, required=True)
+    u.add_argument("--from", dest="sources", type=Path, nargs="+", required=True,
+                   help="directories holding the parts (call dirs, staging dir)")
+    u.add_argument("--site", type=Path, required=True, help="where each group is extracted")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.command == "unpack":
+        for name, path in unpack(args.manifest, args.sources, args.site).items():
+            print(f"{name}={path}")
+        return 0
+    report = build(args)
+    calls = report["calls"]
+    print(f"payload for Python {report['python']}: {report['total_bytes'] / MIB:.1f} MiB in {len(calls)} "
+          f"call(s); working tree {report['tree_bytes'] / MIB:.1f} MiB; per-call budget "
+          f"{report['call_budget_bytes'] / MIB:.1f} MiB")
+    for n, files in enumerate(calls, 1):
+        print(f"  call {n}: carry .gpu_bundle/{report['tag']}/call{n}  ({', '.join(Path(f).name for f in files)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

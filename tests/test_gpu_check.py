@@ -1,0 +1,124 @@
+"""benchmarks/gpu_check.py without a GPU: the exit paths, the transfer phase, the summary and the table.
+
+The GPU phases themselves run on a GPU machine (`bash scripts/gpu_run.sh run`,
+docs/gpu.md); here their bookkeeping is checked on synthetic timings.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cognate_tvm.kernels import cuda as kcuda
+from cognate_tvm.matrix import generate
+from cognate_tvm.space import create
+
+REPO = Path(__file__).resolve().parent.parent
+GPU_COUNT, GPU_DETAIL = kcuda.driver_gpu_count()
+
+
+@pytest.fixture(scope="module")
+def gc():
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("gpu_check", None)
+
+
+@pytest.mark.skipif(GPU_COUNT > 0, reason="a GPU is present: the no-GPU exit does not apply")
+def test_without_gpu_exits_2_and_leaves_the_environment_in_the_json(gc, tmp_path):
+    assert gc.main(["--quick", "--out", str(tmp_path)]) == gc.EXIT_NO_GPU
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    env = report["environment"]
+    assert report["quick"] and env["driver_gpus"] == 0 and env["tvm_device"] is False
+    assert env["compile_mode"] in ("nvcc", "nvrtc") and env["tvm"].startswith("0.27")
+
+
+def _synthetic_rows(op: str, count: int, seed: int = 0) -> list[dict]:
+    """Sweep rows as `sweep` returns them, with made-up times that depend on the config."""
+    configs = create("gpu", op).configs()
+    rows = []
+    for n in range(count):
+        matrix = generate("rmat" if n % 2 else "banded", 300 + 40 * n, seed + n)
+        times = np.array([1.0 + 0.1 * c.parts + 0.05 * (n % 3) * c.rows_per_block + 0.2 / c.vec
+                          + (0.3 if c.bucketing and n % 2 else 0.0) for c in configs])
+        times[::17] = np.nan  # failed configs are NaN and never sampled
+        rows.append({"name": f"m{n}", "family": "x", "shape": list(matrix.shape), "nnz": int(matrix.nnz),
+                     "matrix": matrix, "feat": 32, "ops": {op: {"configs": configs, "times_ms": times}}})
+    return rows
+
+
+@pytest.mark.parametrize("ships", [False, True])
+def test_transfer_fine_tunes_or_says_it_trained_from_gpu_data_alone(gc, monkeypatch, ships):
+    import cognate_tvm.model as model_pkg
+    from cognate_tvm.errors import PretrainedNotFoundError
+    from cognate_tvm.model import ModelConfig
+    from cognate_tvm.model.cognate import CognateCostModel
+
+    small = ModelConfig().replace(**{"latent.epochs": 5, "featurizer.max_points": 4096})
+
+    def fake_load(op, platform):
+        assert platform == "cpu"
+        if not ships:
+            raise PretrainedNotFoundError(f"no shipped model for op {op!r} on platform 'cpu'")
+        return CognateCostModel(small, seed=3)
+
+    monkeypatch.setattr(model_pkg, "load_pretrained", fake_load)
+    rows = _synthetic_rows("sddmm", 7)
+    out = gc.transfer("sddmm", rows, 5, 20, seed=0, epochs=1, config=small)
+    assert out["finetune_matrices"] == [f"m{n}" for n in range(5)] and out["target_samples"] == 100
+    assert ("NO CPU MODEL SHIPS" in out["model"]) != ships
+    assert set(out["picks"]) == {"m5", "m6"}
+    for name, picks in out["picks"].items():
+        assert len(picks) == 5 and len(set(picks)) == 5
+        assert all(p in rows[int(name[1:])]["ops"]["sddmm"]["configs"] for p in picks)
+
+
+def _careful(oracle, baseline, top1, top5, cusparse, picks=True):
+    return {"oracle_ms": oracle, "baseline_ms": baseline, "top1_ms": top1 if picks else None,
+            "top5_ms": top5 if picks else None, "picks": [{"x": 1}] if picks else [],
+            "cusparse": {"time_ms": cusparse, "correct": True}, "cusparse_ms": cusparse, "wrong": []}
+
+
+def test_summary_and_table(gc, tmp_path):
+    rows = [{"ops": {"spmm": {"careful": _careful(1.0, 2.0, 1.25, 1.0, 2.0, picks=False)},
+                     "sddmm": {"careful": _careful(1.0, 1.0, 1.0, 1.0, 4.0, picks=False)}}},
+            {"ops": {"spmm": {"careful": _careful(2.0, 2.0, 4.0, 2.5, 8.0)},
+                     "sddmm": {"careful": _careful(1.0, 3.0, 2.0, 1.0, None)}}}]
+    report = gc.Report(tmp_path / "r.json", quick=True, arch="sm_90", feat=128,
+                       environment={"tvm_device_name": "NVIDIA H200", "compile_mode": "nvcc"},
+                       correctness={"spmm": {"correct": 528, "checked": 2112}})
+    transfers = {"spmm": {"model": "shipped CPU model, fine-tuned on the GPU matrices"},
+                 "sddmm": {"error": "transfer failed: RuntimeError: x"}}
+    summary = gc.summarize(rows, transfers, report)
+    spmm, sddmm = summary["spmm"], summary["sddmm"]
+    assert spmm["matrices"] == 2 and math.isclose(spmm["best_over_cusparse"], math.sqrt(2.0 * 4.0))
+    assert math.isclose(spmm["best_over_baseline"], math.sqrt(2.0))
+    assert spmm["transfer_test_matrices"] == 1 and math.isclose(spmm["top5_over_cusparse"], 8.0 / 2.5)
+    assert math.isclose(spmm["top1_of_oracle"], 0.5) and math.isclose(spmm["top5_of_oracle"], 0.8)
+    assert math.isclose(sddmm["best_over_cusparse"], 4.0)  # a matrix without a cuSPARSE time drops out
+    assert sddmm["model"].startswith("transfer failed") and spmm["correct"] == 528
+    report["summary"], report["total_s"] = summary, 123.0
+    table = gc.markdown(report.data)
+    assert "NVIDIA H200" in table and "| best in space / cuSPARSE (geomean speedup) | 2.83x | 4.00x |" in table
+    assert "| configs correct / checked" in table and "528 / 2112" in table
+    assert "| model top-5, fraction of oracle | 0.800 | 1.000 |" in table
+    report.save()
+    assert json.loads((tmp_path / "r.json").read_text())["summary"]["spmm"]["matrices"] == 2
+
+
+def test_check_matrices_cover_the_edge_cases(gc):
+    matrices = gc.check_matrices(0)
+    assert len(matrices) == 4
+    skewed = matrices["skewed_rows"]
+    lengths = np.diff(skewed.indptr)
+    assert (lengths == 0).any() and lengths.max() > 32  # empty rows, and rows longer than any bucket
+    assert matrices["bipartite"].shape[0] != matrices["bipartite"].shape[1]
+    assert gc.CHECK_FEAT % 2 and gc.CHECK_FEAT % 4
