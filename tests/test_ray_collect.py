@@ -93,6 +93,12 @@ def test_a_killed_worker_has_its_task_retried_and_workers_keep_their_backend(clu
     assert killed not in pids and os.getpid() not in pids  # the killed task ran again, on a worker
     # a worker unpickles the backend once and keeps it (and its kernel cache) across tasks
     assert max(m["calls"] for m in meta) > 1
+    # the simulator is deterministic: every worker's rows equal a local run's
+    local = SpadeBackend(workers=1)
+    for name, matrix in mats.items():
+        rows = frame[frame["matrix"] == name].set_index("config")["time_ms"]
+        expected = {r.config.to_json(): r.time_ms for r in local.measure("spmm", matrix, configs, 16)}
+        assert rows.to_dict() == expected
 
 
 def test_driver_killed_with_9_resumes_without_loss_or_duplicates(cluster, tmp_path):
@@ -123,9 +129,15 @@ def test_driver_killed_with_9_resumes_without_loss_or_duplicates(cluster, tmp_pa
     assert not [p for p in os.listdir(out) if p.startswith(".")], "half-written parts left behind"
 
 
-def test_executor_flags_are_checked(tmp_path, capsys):
+def test_executor_flags_are_checked(cluster, tmp_path, capsys):
     args = CLI_ARGS + ["--corpus", "synthetic:1", "--out", str(tmp_path / "ds")]
     assert main(args + ["--workers", "2"]) == 2
     assert "--ray-address and --workers need --executor ray" in capsys.readouterr().err
+    llvm = ["--target", "llvm"] + args[2:] + ["--pool", "20"]
+    assert main(llvm + ["--executor", "ray"]) == 2
+    assert "--executor ray with --target llvm needs --threads T" in capsys.readouterr().err
     with pytest.raises(ValueError, match="workers must be >= 1"):
         executors.RayExecutor(workers=0)
+    with pytest.raises(ValueError, match="tasks need 3 CPUs but the largest node of the Ray cluster has 2"):
+        executors.RayExecutor(cpus_per_task=3)
+    assert ray.is_initialized()  # a joined cluster stays up

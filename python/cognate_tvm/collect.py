@@ -99,7 +99,11 @@ def make_executor(args: argparse.Namespace) -> executors.Executor:
         if args.ray_address is not None or args.workers is not None:
             raise ValueError("--ray-address and --workers need --executor ray")
         return executors.create(args.executor)
-    return executors.create("ray", address=args.ray_address, workers=args.workers)
+    if args.target == "llvm" and args.threads is None:
+        raise ValueError("--executor ray with --target llvm needs --threads T: each task reserves T CPUs "
+                         "of its node, so tasks that share a node do not disturb each other's timing")
+    return executors.create("ray", address=args.ray_address, workers=args.workers,
+                            cpus_per_task=args.threads if args.target == "llvm" else 1)
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -74,7 +74,7 @@ def _ray_call(digest: str, fn_bytes: bytes, task):
 
 
 class RayExecutor(Executor):
-    """Runs tasks on a Ray cluster, one CPU each; results come back to this process.
+    """Runs tasks on a Ray cluster; results come back to this process.
 
     Parameters
     ----------
@@ -84,6 +84,10 @@ class RayExecutor(Executor):
     workers
         CPUs of the local cluster (default: all cores); with `address`, the most
         tasks kept in flight is twice the cluster's CPUs regardless.
+    cpus_per_task
+        CPUs each task reserves on its node: 1 for a single-threaded simulator;
+        the kernel's thread count for llvm timing, so that tasks sharing a node
+        do not oversubscribe its cores.
     max_retries
         How often a task whose worker process died (killed, out of memory, a
         crashing kernel) is run again on another worker. An exception raised by
@@ -101,15 +105,18 @@ class RayExecutor(Executor):
 
     kind = "ray"
 
-    def __init__(self, *, address: str | None = None, workers: int | None = None, max_retries: int = 3,
-                 init_options: dict | None = None):
+    def __init__(self, *, address: str | None = None, workers: int | None = None, cpus_per_task: float = 1.0,
+                 max_retries: int = 3, init_options: dict | None = None):
         import ray
 
         if workers is not None and int(workers) < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
+        if float(cpus_per_task) <= 0:
+            raise ValueError(f"cpus_per_task must be > 0, got {cpus_per_task}")
         if int(max_retries) < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         self.address, self.max_retries = address, int(max_retries)
+        self.cpus_per_task = float(cpus_per_task)
         self._owns_cluster = False
         if not ray.is_initialized():
             options = {"include_dashboard": False, "logging_level": logging.WARNING, **(init_options or {})}
@@ -118,6 +125,11 @@ class RayExecutor(Executor):
             ray.init(address=address, **options)
             self._owns_cluster = True
         self.workers = int(ray.cluster_resources().get("CPU", 1))
+        largest = max((node["Resources"].get("CPU", 0) for node in ray.nodes() if node["Alive"]), default=0)
+        if self.cpus_per_task > largest:  # Ray would wait forever for a node that fits the task
+            self.close()
+            raise ValueError(f"tasks need {self.cpus_per_task:g} CPUs but the largest node of the Ray "
+                             f"cluster has {largest:g}")
         log.info("ray executor: %d CPUs in the cluster%s", self.workers,
                  f" at {address}" if address else " (local)")
 
@@ -127,10 +139,11 @@ class RayExecutor(Executor):
         fn_bytes = pickle.dumps(fn)
         digest = hashlib.sha1(fn_bytes).hexdigest()
         fn_ref = ray.put(fn_bytes)
-        remote = ray.remote(num_cpus=1, max_retries=self.max_retries)(_ray_call)
+        remote = ray.remote(num_cpus=self.cpus_per_task, max_retries=self.max_retries)(_ray_call)
         queue = iter(tasks)
         in_flight: dict = {}
-        limit = 2 * self.workers  # enough to keep every worker busy; tasks are submitted lazily
+        # enough to keep every worker busy; tasks are submitted lazily
+        limit = max(1, int(2 * self.workers / self.cpus_per_task))
         try:
             while True:
                 for task in queue:
