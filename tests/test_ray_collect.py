@@ -31,6 +31,7 @@ CLI_ARGS = ["--target", "spade", "--op", "spmm", "--configs-per-matrix", "12", "
 @pytest.fixture(scope="module")
 def cluster():
     """A local 2-CPU Ray cluster; its workers can import this module (the kill-once backend)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING",
              runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}})
     try:

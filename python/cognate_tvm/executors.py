@@ -122,6 +122,8 @@ class RayExecutor(Executor):
             options = {"include_dashboard": False, "logging_level": logging.WARNING, **(init_options or {})}
             if address is None:
                 options["num_cpus"] = int(workers or os.cpu_count() or 1)
+                # a cluster started here sends no usage statistics anywhere unless the user asked for it
+                os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             ray.init(address=address, **options)
             self._owns_cluster = True
         self.workers = int(ray.cluster_resources().get("CPU", 1))
