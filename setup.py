@@ -66,7 +66,12 @@ class CMakeBuild(build_ext):
 
 
 # Runtime dependencies, as ranges: what `pip install .` (and any project that depends
-# on this one) needs. requirements.txt pins the exact versions CI runs.
+# on this one) needs. requirements.txt pins the exact versions CI runs. The lower bounds
+# of numpy, scipy, pandas, pyarrow, pyamg, tqdm, cloudpickle, psutil and xgboost-cpu
+# were installed together (with torch 2.13.0, apache-tvm 0.27.0.post1), and the matrix,
+# data, simulator, model, baseline and tune tests and the CPU kernels' run tests passed
+# on them. torch's lower bound comes from the APIs used and has not been run; TVM has
+# only been run at 0.27.0.post1.
 INSTALL_REQUIRES = [
     # tvm.tirx / tvm.s_tir module names and the TensorIR syntax the kernels use are 0.27's.
     "apache-tvm>=0.27.0,<0.28",
@@ -82,13 +87,13 @@ INSTALL_REQUIRES = [
     "torch>=2.4,<2.14",
     "numpy>=2.0,<3",
     "scipy>=1.15,<2",  # scipy.sparse.random_array(..., rng=)
-    "pandas>=2.2,<4",
-    "pyarrow>=15",
+    "pandas>=2.2.2,<4",  # the first pandas built for numpy 2
+    "pyarrow>=16",  # the first pyarrow built for numpy 2
     "tqdm>=4.64,<5",
-    "pyamg>=5.0,<6",  # stencil and Poisson matrix generators
+    "pyamg>=5.2,<6",  # stencil and Poisson generators; 5.0 imports pkg_resources, 5.1 np.deprecate
     # The XGBoost ranking baseline. `xgboost-cpu` is the same `import xgboost` without
     # the 469 MB NCCL dependency; it ships wheels for Linux and Windows only.
-    "xgboost-cpu>=2.1,<4; platform_system == 'Linux' or platform_system == 'Windows'",
+    "xgboost-cpu>=2.1.1,<4; platform_system == 'Linux' or platform_system == 'Windows'",
     "xgboost>=2.1,<4; platform_system != 'Linux' and platform_system != 'Windows'",
 ]
 

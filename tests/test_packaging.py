@@ -24,6 +24,7 @@ SOURCE_PACKAGE = ROOT / "python" / "cognate_tvm"
 OPTIONAL_MODULES = {
     "torchsparse": None,  # GPU featurizer backend, used when installed (no PyPI wheel to declare)
     "sparse_dot_mkl": "mkl",  # MKL vendor baseline; scipy is the reference without it
+    "ray": "distributed",  # the Ray executor, imported when one is made
 }
 
 
