@@ -37,7 +37,8 @@ stage() {
 }
 
 probe() {
-  log "python: $PY ($("$PY" -V 2>&1)), tag $TAG"
+  log "python: $PY ($("$PY" -V 2>&1)), tag $TAG; its own packages (the payload brings tvm, tvm_ffi,"
+  log "ml_dtypes, tqdm, pyamg and pybind11's headers; its optional extra group numpy, scipy, pandas):"
   "$PY" - <<'EOF'
 import importlib, shutil, subprocess
 for name in ("numpy", "scipy", "pandas", "torch", "tqdm", "pyamg", "ml_dtypes", "cuda.bindings.nvrtc", "pybind11"):

@@ -62,7 +62,7 @@ def test_transfer_fine_tunes_or_says_it_trained_from_gpu_data_alone(gc, monkeypa
     from cognate_tvm.model import ModelConfig
     from cognate_tvm.model.cognate import CognateCostModel
 
-    small = ModelConfig().replace(**{"latent.epochs": 5, "featurizer.max_points": 4096})
+    small = ModelConfig().replace(**{"latent.epochs": 5, "featurizer.max_points": 4096, "train.train_featurizer": False})
 
     def fake_load(op, platform):
         assert platform == "cpu"
@@ -122,3 +122,72 @@ def test_check_matrices_cover_the_edge_cases(gc):
     assert (lengths == 0).any() and lengths.max() > 32  # empty rows, and rows longer than any bucket
     assert matrices["bipartite"].shape[0] != matrices["bipartite"].shape[1]
     assert gc.CHECK_FEAT % 2 and gc.CHECK_FEAT % 4
+
+
+class FakeBackend:
+    """Stands in for the CUDA backend: made-up times, every output right; records what it was asked."""
+
+    def __init__(self):
+        self.measured: list[tuple[str, int, bool]] = []
+
+    def prepare(self, ops):
+        return {}
+
+    def with_timing(self, **settings):
+        return self
+
+    def measure(self, op, matrix, configs, feat, *, check=False, seed=0):
+        from cognate_tvm.backends.base import MeasureResult
+
+        self.measured.append((op, len(configs), check))
+        return [MeasureResult(c, 1.0 + 0.1 * c.parts + 0.2 / c.vec + matrix.nnz * 1e-6,
+                              correct=True if check else None, extra={}) for c in configs]
+
+    def vendor(self):
+        return FakeVendor()
+
+
+class FakeVendor:
+    def measure(self, op, matrix, feat, *, seed=0, check=True):
+        return {"time_ms": 2.0, "samples_ms": [2.0], "launches": 1, "method": "fake", "correct": True}
+
+    def launcher(self, op, matrix, dense):
+        return (lambda: None), (lambda raw: raw)
+
+
+def test_whole_gpu_flow_on_a_fake_backend(gc, monkeypatch, tmp_path):
+    """Every phase after the environment, with the GPU replaced by FakeBackend: the bookkeeping
+    that would otherwise first run on the borrowed GPU."""
+    import functools
+
+    import cognate_tvm.backends as backends_pkg
+    import cognate_tvm.model as model_pkg
+    from cognate_tvm.errors import PretrainedNotFoundError
+    from cognate_tvm.model import ModelConfig
+
+    fake = FakeBackend()
+    monkeypatch.setattr(backends_pkg, "create", lambda target, **options: fake)
+    monkeypatch.setattr(model_pkg, "load_pretrained",
+                        lambda op, platform: (_ for _ in ()).throw(PretrainedNotFoundError("none ships")))
+    small = ModelConfig().replace(**{"latent.epochs": 5, "featurizer.max_points": 4096, "train.train_featurizer": False})
+    monkeypatch.setattr(gc, "transfer", functools.partial(gc.transfer, epochs=1, config=small))
+    args = gc.main.__globals__["argparse"].Namespace(
+        out=tmp_path, arch="sm_90", quick=True, feat=16, matrices=7, min_matrices=7, min_rows=200, max_rows=400,
+        finetune=5, finetune_configs=10, fit_epochs=1, top=3, number=2, repeat=2, min_sample_ms=0.0,
+        budget_s=600.0, reserve_s=60.0, seed=0)
+    report = gc.Report(tmp_path / "gpu_check.json", mode="gpu", quick=True, arch="sm_90", feat=16,
+                       environment={"tvm_device_name": "fake", "compile_mode": "nvcc"})
+    assert gc.run(args, report) == 0
+    data = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert data["correctness"]["spmm"]["checked"] == 4 * 528 and data["correctness"]["sddmm"]["correct"] == 4 * 384
+    assert len(data["sweep"]) == 7 and len(data["matrices"]) == 7 and not data["truncated"]
+    assert all("NO CPU MODEL SHIPS" in data["transfer"][op]["model"] for op in gc.OPS)
+    test_rows = [m for m in data["matrices"] if m["spmm"]["picks"]]
+    assert len(test_rows) == 2 and all(len(m["sddmm"]["picks"]) == 5 for m in test_rows)
+    summary = data["summary"]["spmm"]
+    assert summary["matrices"] == 7 and summary["transfer_test_matrices"] == 2 and summary["best_over_cusparse"] > 1
+    assert 0 < summary["top5_of_oracle"] <= 1 and summary["careful_wrong"] == 0
+    # every careful measurement was checked; the sweep was not
+    assert all(check for op, n, check in fake.measured if n <= 3 + 1 + 5) and any(not c for _, _, c in fake.measured)
+    table = (tmp_path / "gpu_check.md").read_text()
+    assert "model top-5 / cuSPARSE" in table and "NO CPU MODEL SHIPS" in table

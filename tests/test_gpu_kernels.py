@@ -243,6 +243,8 @@ def test_measure_without_gpu_raises_clear_error():
     with pytest.raises(DeviceUnavailableError, match="compile_only=True") as info:
         backend.measure("spmm", _edge_matrices()["graph"], [create("gpu", "spmm").baseline()], 32)
     assert "libcuda.so.1" in str(info.value) or "driver" in str(info.value)
+    with pytest.raises(DeviceUnavailableError, match="compile_only=True"):
+        backend.prepare(["spmm"])  # a module built without TVM's CUDA runtime could never run
 
 
 def test_gpu_without_a_usable_tvm_runtime_is_an_error_not_no_gpu(monkeypatch):

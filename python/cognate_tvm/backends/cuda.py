@@ -266,7 +266,11 @@ class CUDABackend(Backend):
         """Build every kernel variant of `ops` now instead of on first use.
 
         Returns {variant name: error} for the variants that failed to build.
+        Unless `compile_only`, the GPU must be usable first (DeviceUnavailableError
+        otherwise): a module built before TVM's CUDA runtime is loaded cannot run.
         """
+        if not self.compile_only:
+            require_gpu(self.device_id)
         keys = {key for op in ops for key in kcuda.all_keys(op)}
         return {k.name: str(v) for k, v in self._build(keys).items() if isinstance(v, Exception)}
 
