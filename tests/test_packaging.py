@@ -84,6 +84,37 @@ def test_every_third_party_import_is_a_declared_dependency():
     assert not missing, f"imported but not in setup.py's INSTALL_REQUIRES: {missing}"
 
 
+def _pins() -> dict[str, Requirement]:
+    pins = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            req = Requirement(line)
+            pins[canonicalize_name(req.name)] = req
+    return pins
+
+
+def test_every_module_the_tests_and_tools_import_is_pinned():
+    """CI installs requirements.txt only: whatever tests, benchmarks and scripts import must be in it."""
+    pins = _pins()
+    distributions = importlib.metadata.packages_distributions()
+    local = {p.stem for d in ("tests", "benchmarks", "scripts") for p in (ROOT / d).glob("*.py")}
+    found: dict[str, list[str]] = {}
+    for folder in ("tests", "benchmarks", "scripts", "python/cognate_tvm"):
+        if (ROOT / folder).is_dir():
+            for module, files in _imported_modules(ROOT / folder).items():
+                found.setdefault(module, []).extend(f"{folder}/{f}" for f in files)
+    missing = []
+    for module, files in sorted(found.items()):
+        if module in sys.stdlib_module_names or module in local or module == "cognate_tvm" \
+                or (module in OPTIONAL_MODULES and OPTIONAL_MODULES[module] is None):
+            continue
+        dists = {canonicalize_name(d) for d in distributions.get(module, [])}
+        if not dists & set(pins):
+            missing.append(f"{module} (imported by {files[0]}; installed as {sorted(dists) or 'nothing'})")
+    assert not missing, f"imported but not pinned in requirements.txt: {missing}"
+
+
 def test_tvm_runtime_needs_are_declared():
     """What apache-tvm needs at run time but does not declare itself."""
     declared = _requirements(_setup_literal("INSTALL_REQUIRES"))
@@ -94,12 +125,7 @@ def test_tvm_runtime_needs_are_declared():
 
 def test_pins_satisfy_the_declared_ranges():
     """requirements.txt pins every runtime dependency inside setup.py's range, and this env matches."""
-    pins = {}
-    for line in (ROOT / "requirements.txt").read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if line:
-            req = Requirement(line)
-            pins[canonicalize_name(req.name)] = req
+    pins = _pins()
     for name, req in _requirements(_setup_literal("INSTALL_REQUIRES")).items():
         assert name in pins, f"{name} is a runtime dependency but requirements.txt does not pin it"
         (spec,) = pins[name].specifier
