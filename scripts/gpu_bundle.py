@@ -13,7 +13,8 @@ Groups (each one .tar.xz, split into parts when needed):
 - ``tvm``: the apache-tvm wheel (pure Python + prebuilt libraries, the same for
   every Python version), minus what a CUDA build and run never reads
   (`DROP_PREFIXES`). Compressing its 259 MB compiler library is the slow step,
-  so the archive is cached by wheel hash, trim rules and xz settings.
+  so the archive is cached (`DEFAULT_CACHE`, outside the work tree) by wheel
+  hash, trim rules and xz settings.
 - ``core``: what depends on the Python version or is small: apache-tvm-ffi,
   ml_dtypes, tqdm, pyamg, the project's C++ extension ``_formats`` compiled for
   that Python (when an interpreter of that version is found here) and the
@@ -33,10 +34,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import io
 import json
 import logging
-import lzma
 import os
 import re
 import shutil
@@ -47,10 +46,16 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+try:
+    import lzma
+except ImportError:  # a Python built without lzma can still unpack (with the xz binary), not build
+    lzma = None
+
 log = logging.getLogger("gpu_bundle")
 
 REPO = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
+DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cognate-gpu-bundle"
 CALL_LIMIT_MIB = 64  # what one device call carries, working tree included
 MARGIN_MIB = 2       # left free in each call (the tree grows, transfer overheads)
 
@@ -440,9 +445,7 @@ def unpack(manifest_path: Path, sources: list[Path], site: Path) -> dict[str, Pa
 
 
 def _extract(fileobj, target: Path) -> None:
-    try:
-        import lzma as _lzma  # noqa: F401 - some Pythons are built without it
-    except ImportError:
+    if lzma is None:
         subprocess.run(f"xz -dc | tar -x -C '{target}'", shell=True, stdin=fileobj, check=True)
         return
     with tarfile.open(fileobj=fileobj, mode="r:xz") as tar:
@@ -456,8 +459,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--python", default="3.12", help="Python version of the GPU machine (default 3.12)")
     b.add_argument("--python-exe", help="an interpreter of that version, to compile _formats with")
     b.add_argument("--out", type=Path, help="output directory (default .gpu_bundle/cpXY)")
-    b.add_argument("--cache", type=Path, default=REPO / ".gpu_bundle" / "cache",
-                   help="downloaded wheels and the compressed tvm archive")
+    b.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
+                   help=f"downloaded wheels and the compressed tvm archive (default {DEFAULT_CACHE}: outside "
+                        "the work tree, which a new session gets laid anew)")
     b.add_argument("--tmp", type=Path, default=None, help="scratch directory (needs ~400 MB)")
     b.add_argument("--call-mib", type=int, default=CALL_LIMIT_MIB, help="what one device call carries")
     b.add_argument("--xz-preset", type=int, default=9, choices=range(10))

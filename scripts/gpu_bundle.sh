@@ -6,7 +6,7 @@
 #
 # Writes .gpu_bundle/cpXY/{manifest.json,call1/,call2/,...}; each callN/ is what one
 # device call carries. Compression runs at the lowest CPU priority (the machine is shared),
-# and the compressed tvm archive is cached in .gpu_bundle/cache, so a second build for
+# and the compressed tvm archive is cached in ~/.cache/cognate-gpu-bundle, so a second build for
 # another Python version takes seconds. Options: python scripts/gpu_bundle.py build --help.
 set -euo pipefail
 cd "$(dirname "$0")/.."
