@@ -410,3 +410,54 @@ def test_cusparse_vendor_matches_scipy(op):
                                rtol=1e-3, atol=1e-3)
     result = vendor.measure(op, matrix, 32)
     assert result["correct"] is True and result["time_ms"] > 0
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_run_one_nan_fills_and_checks_warm_up_and_every_timed_sample(op):
+    """`_run_one`'s checking, with the GPU kernel replaced by a host function on a CPU device.
+
+    The stand-in writes the right output into the buffer it is given, except one
+    element in the runs chosen by `skips`: that element then stays NaN (the fill),
+    where without a fill before each timed sample a previous run's value would hide it.
+    """
+    import tvm
+
+    from cognate_tvm.backends.cuda import CUDABackend, _RunContext
+
+    op_ = get_op(op)
+    matrix = _edge_matrices()["graph"]
+    config = next(c for c in create("gpu", op).configs() if c.vec == 4 and c.bucketing)
+    key = kcuda.kernel_key(op, config)
+    backend = CUDABackend(number=2, repeat=3, min_repeat_ms=0)
+
+    def measure(skips):
+        run = _RunContext(op_, matrix, 13, op_.make_dense_inputs(matrix, 13, seed=0), tvm.cpu(0), HostEvent)
+        sparse, _ = run.sparse(config)
+        calls = [0]
+
+        def kernel(*args):
+            calls[0] += 1
+            out = args[len(sparse.arrays) + len(run.dense_host)]
+            got = out.numpy()
+            want = np.zeros_like(got)
+            if op == "spmm":
+                want[:, :13] = run.expected()
+            else:
+                want[:matrix.nnz] = run.expected()
+            written = np.ones(got.shape, bool)
+            if skips(calls[0]):
+                written[(0,) * got.ndim] = False
+            got[written] = want[written]
+            out.copyfrom(got)
+
+        result = backend._run_one(run, config, key, {key.name: kernel}, True)
+        return result, calls[0]
+
+    good, launches = measure(lambda n: False)
+    assert good.correct is True and good.ok and good.extra["checked_runs"] == 4
+    assert launches == 1 + 3 * 2 and len(good.extra["samples_ms"]) == 3
+    always, _ = measure(lambda n: True)
+    assert always.correct is False and not always.ok and always.extra["wrong_runs"][0] == "warm-up"
+    later, _ = measure(lambda n: n > 1)  # right once, then leaves an element unwritten
+    assert later.correct is False and later.extra["wrong_runs"] == ["timed sample 0", "timed sample 1",
+                                                                    "timed sample 2"]
