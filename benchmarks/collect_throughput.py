@@ -10,15 +10,17 @@ fresh dataset by the local executor (this process) and by a local Ray cluster of
 (start-up is timed apart, as a long collection pays it once: the Ray cluster's
 start and two tiny tasks per worker, so that every worker process has imported
 the package and TVM),
-measurements/s, and the speed-up over the local executor. The local executor runs
-first and last for each target, to show how much the machine's load drifted.
+measurements/s, and the speed-up over the local executor. Every executor runs
+``--rounds`` times, in turn (local, Ray 1, Ray 2, local, ...), and the table gives
+the median and the range over the rounds, as the load of a shared machine changes
+from one minute to the next.
 
 Every measurement process uses one thread (``--threads``): W Ray workers are W
 measurements at a time. On llvm each run starts with an empty kernel cache
 directory, so compiling is part of the cost (each run compiles every kernel it
 needs once per process, or loads it from the directory when another process of
-the run compiled it first); ``--warm`` instead compiles every kernel of the run
-before timing, which isolates measuring.
+the run compiled it first); ``--warm`` instead compiles every kernel once, into
+one directory that every run loads from, which isolates measuring.
 
 The machine's load average (1 min) is recorded before and after every run: on a
 shared machine another job's work slows every run, so compare runs made side
@@ -32,6 +34,7 @@ import logging
 import os
 import platform
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -84,10 +87,12 @@ def warm_up(target: str, args: argparse.Namespace, executor, workers: int, scrat
     collect(backend, args.op, tiny, [baseline], scratch / "ds", feat=args.feat, progress=False, executor=executor)
 
 
-def one_run(target: str, kind: str, workers: int, args: argparse.Namespace, scratch: Path) -> dict:
+def one_run(target: str, kind: str, workers: int, args: argparse.Namespace, scratch: Path,
+            round_: int) -> dict:
     corpus, configs = plan(target, args)
-    run_dir = scratch / f"{target}-{kind}-{workers}"
-    cache_dir = run_dir / "kernels"
+    run_dir = scratch / f"{target}-{kind}-{workers}-{round_}"
+    # cold: a new cache per run; warm: one cache for all runs, compiled before the first
+    cache_dir = scratch / f"{target}-kernels" if args.warm else run_dir / "kernels"
     warm_s = warm_kernels(target, args, configs, cache_dir) if args.warm else 0.0
     backend = make_backend(target, args, cache_dir)
     load_before = os.getloadavg()[0]
@@ -104,7 +109,7 @@ def one_run(target: str, kind: str, workers: int, args: argparse.Namespace, scra
         executor.close()
     frame = load_frame(run_dir / "ds")
     rows = len(frame)
-    record = {"target": target, "executor": kind, "workers": workers, "rows": rows,
+    record = {"target": target, "executor": kind, "workers": workers, "round": round_, "rows": rows,
               "failed": int(frame["time_ms"].isna().sum()), "tasks": len(list((run_dir / "ds").glob("*.parquet"))),
               "startup_s": round(startup_s, 2), "wall_s": round(wall_s, 2),
               "per_s": round(rows / wall_s, 2), "warm_compile_s": round(warm_s, 2),
@@ -116,24 +121,33 @@ def one_run(target: str, kind: str, workers: int, args: argparse.Namespace, scra
 
 def markdown(report: dict) -> str:
     s = report["settings"]
+    cache = f", {'warm' if s['warm'] else 'cold'} kernel cache (llvm)" if "llvm" in s["targets"] else ""
     lines = [f"Collection throughput, {s['op']} N={s['feat']}: {s['matrices']} generated matrices "
              f"({s['min_rows']}-{s['max_rows']} rows), {s['configs']} configs each + baseline, "
-             f"chunks of {s['chunk']}, {s['threads']} thread per measuring process, "
-             f"{'warm' if s['warm'] else 'cold'} kernel cache; {report['machine']['cpus']} CPUs.",
+             f"chunks of {s['chunk']}, {s['threads']} thread per measuring process{cache}; "
+             f"{report['machine']['cpus']} CPUs; {s['rounds']} rounds, each running every executor in turn.",
              "",
-             "Runs in the order listed; the local executor runs first and last, and 'vs local' divides by "
-             "the mean of its two runs.",
-             "",
-             "| target | executor | rows | wall s | measurements/s | vs local | start-up s | load avg (1 min) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in report["runs"]:
-        local = [b["per_s"] for b in report["runs"] if b["target"] == r["target"] and b["executor"] == "local"]
-        base = sum(local) / len(local)
-        name = "local" if r["executor"] == "local" else f"ray, {r['workers']} worker{'s' * (r['workers'] > 1)}"
-        lines.append(f"| {r['target']} | {name} | {r['rows']} | {r['wall_s']:.1f} | {r['per_s']:.1f} | "
-                     f"{r['per_s'] / base:.2f}x | {r['startup_s']:.1f} | "
-                     f"{r['load_before']:.1f} -> {r['load_after']:.1f} |")
+             "| target | executor | measurements/s, median (min-max) | vs local (median) | start-up s | "
+             "load avg (1 min) |",
+             "|---|---|---|---|---|---|"]
+    for (target, kind, workers), runs in _by_executor(report["runs"]).items():
+        per_s = [r["per_s"] for r in runs]
+        local = statistics.median(r["per_s"] for r in report["runs"]
+                                  if r["target"] == target and r["executor"] == "local")
+        name = "local" if kind == "local" else f"ray, {workers} worker{'s' * (workers > 1)}"
+        loads = [r["load_before"] for r in runs] + [r["load_after"] for r in runs]
+        lines.append(f"| {target} | {name} | {statistics.median(per_s):.1f} ({min(per_s):.1f}-{max(per_s):.1f}) | "
+                     f"{statistics.median(per_s) / local:.2f}x | "
+                     f"{statistics.median(r['startup_s'] for r in runs):.1f} | "
+                     f"{min(loads):.1f}-{max(loads):.1f} |")
     return "\n".join(lines) + "\n"
+
+
+def _by_executor(runs: list[dict]) -> dict[tuple, list[dict]]:
+    out: dict[tuple, list[dict]] = {}
+    for r in runs:
+        out.setdefault((r["target"], r["executor"], r["workers"]), []).append(r)
+    return out
 
 
 def main() -> None:
@@ -153,16 +167,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--warm", action="store_true", help="llvm: compile every kernel before timing")
+    parser.add_argument("--rounds", type=int, default=3, help="times every executor runs (in turn)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
     runs = []
     with tempfile.TemporaryDirectory(prefix="collect_throughput_") as scratch:
         for target in args.targets:
-            runs.append(one_run(target, "local", 1, args, Path(scratch)))
-            for workers in args.workers:
-                runs.append(one_run(target, "ray", workers, args, Path(scratch)))
-            runs.append(one_run(target, "local", 1, args, Path(scratch)))  # again: drift of the load
+            for round_ in range(args.rounds):  # in turn, so a change of the machine's load hits all alike
+                runs.append(one_run(target, "local", 1, args, Path(scratch), round_))
+                for workers in args.workers:
+                    runs.append(one_run(target, "ray", workers, args, Path(scratch), round_))
     report = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
               "machine": {"cpus": os.cpu_count(), "processor": platform.processor(), "node": platform.node()},
               "runs": runs}

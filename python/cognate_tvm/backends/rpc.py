@@ -61,6 +61,7 @@ from .cpu import LLVMBackend
 log = logging.getLogger(__name__)
 
 RPC_ERROR_PREFIX = "rpc: "
+_WARNED_THREADS: set[str] = set()  # servers already warned about a thread-count mismatch
 
 
 class RPCUnavailableError(CognateError, RuntimeError):
@@ -266,8 +267,9 @@ class RPCLLVMBackend(Backend):
                 if remote is None:
                     try:
                         remote = _RemoteRun(self, op, matrix, feat, dense, session_timeout)
-                    except RPCUnavailableError as exc:
-                        unavailable = f"{RPC_ERROR_PREFIX}{exc}"
+                    except Exception as exc:  # no session (or it broke while starting): skip the rest
+                        named = isinstance(exc, RPCUnavailableError)
+                        unavailable = f"{RPC_ERROR_PREFIX}{exc if named else f'{type(exc).__name__}: {exc}'}"
                         results.append(MeasureResult(config, None, error=unavailable))
                         continue
                 try:
@@ -294,7 +296,8 @@ class _RemoteRun:
                                                     priority=backend.priority)
         self.device = self.session.cpu(0)
         self.threads = int(self.session.get_function("runtime.NumThreads")())
-        if self.threads != backend.num_threads:
+        if self.threads != backend.num_threads and self.server not in _WARNED_THREADS:
+            _WARNED_THREADS.add(self.server)
             log.warning("RPC server %s runs %d threads, the kernels were built for %d: start it with "
                         "TVM_NUM_THREADS=%d", self.server, self.threads, backend.num_threads,
                         backend.num_threads)
