@@ -143,9 +143,11 @@ def test_killing_the_server_mid_sweep_gives_error_results(cluster, monkeypatch):
     assert len(results) == len(configs)
     assert results[0].ok and results[0].correct is True
     assert all(r.error and r.error.startswith("rpc: ") and r.time_ms is None for r in results[1:])
-    # the lost session, then one bounded request for a fresh one, then the rest without waiting
+    # the lost session, then one bounded request for a fresh one, then the rest without waiting: the
+    # tracker has no device left (or, if it has not yet seen the server die, hands out one that refuses)
     assert "no device with key" not in results[1].error  # the session that was lost mid-sweep
-    assert "no device with key" in results[-1].error
+    assert all(r.error == results[2].error for r in results[2:])
+    assert "no device with key" in results[2].error or "cannot connect to the RPC server" in results[2].error
     assert time.time() - start < 30
 
 
