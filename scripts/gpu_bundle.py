@@ -232,7 +232,7 @@ def download(requirements: tuple[str, ...], dest: Path, python: str) -> list[Pat
 
 def _fits(wheel_name: str, tag: str) -> bool:
     python_tag, abi_tag = wheel_name[:-4].split("-")[-3:-1]
-    return tag in python_tag.split(".") or python_tag.startswith("py3") or abi_tag == "abi3"
+    return any(t == tag or t.startswith("py3") for t in python_tag.split(".")) or abi_tag == "abi3"
 
 
 # -- the project's C++ extension ----------------------------------------------------------------
@@ -481,11 +481,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     report = build(args)
     calls = report["calls"]
+    out = args.out or REPO / ".gpu_bundle" / report["tag"]
+    where = out.resolve().relative_to(REPO) if out.resolve().is_relative_to(REPO) else out
     print(f"payload for Python {report['python']}: {report['total_bytes'] / MIB:.1f} MiB in {len(calls)} "
           f"call(s); working tree {report['tree_bytes'] / MIB:.1f} MiB; per-call budget "
           f"{report['call_budget_bytes'] / MIB:.1f} MiB")
     for n, files in enumerate(calls, 1):
-        print(f"  call {n}: carry .gpu_bundle/{report['tag']}/call{n}  ({', '.join(Path(f).name for f in files)})")
+        print(f"  call {n}: carry {where}/call{n}  ({', '.join(Path(f).name for f in files)})")
     return 0
 
 

@@ -181,3 +181,10 @@ def test_payload_directory_is_ignored_by_git():
     proc = subprocess.run(["git", "check-ignore", "-q", ".gpu_bundle/cp312/call1/tvm.tar.xz.part-00"],
                           cwd=REPO, capture_output=True)
     assert proc.returncode == 0, "add .gpu_bundle/ to .gitignore"
+
+
+def test_wheel_tags_that_fit_a_python(gb):
+    assert gb._fits("numpy-2.4.6-cp312-cp312-manylinux_2_28_x86_64.whl", "cp312")
+    assert not gb._fits("numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl", "cp312")
+    assert gb._fits("tzdata-2026.6-py2.py3-none-any.whl", "cp312")
+    assert gb._fits("apache_tvm-0.27.0.post1-py3-none-manylinux_2_28_x86_64.whl", "cp312")
