@@ -1,288 +1,778 @@
-"""CPU -> SPADE transfer: does pre-training on cheap CPU runs help rank SPADE configs?
+"""CPU -> SPADE transfer at the paper's protocol (issue 10), for SpMM and SDDMM.
 
-Source data: real SpMM timings of a seeded sample of CPU-space configs (TVM
-llvm kernels, `LLVMBackend`) on generated matrices. Target data: all SPADE
-configs simulated on *other* generated matrices. For each seed the target
-matrices are split by that seed into fine-tune (k matrices), validation and
-test; every method is pre-trained on the source (if it uses it), fine-tuned on
-the k target matrices (a seeded sample of their configs), and evaluated on the
-test matrices over all SPADE configs. Validation picks the fine-tuning epoch of
-the neural models that accept it and is reported; test is never used to choose.
+    python benchmarks/transfer.py --size full --data-root /work/data \\
+        --cpu-data '/work/data/cpu_{op}' --cpu-corpus synthetic:300:2026 --out docs/results [--ablations] [--ship]
+    python benchmarks/transfer.py --size ci --out /tmp/transfer      # CI: < 10 min, asserts no thresholds
 
-Methods (`cognate_tvm.baselines`): COGNATE, no-transfer (same k target
-matrices, no source), zero-shot, WACO+FA, WACO+FM, XGBoost, random.
+Source: the shipped pre-trained CPU model (`load_pretrained(op, "cpu")`, or
+``--cpu-model pretrain`` / a saved model directory). Target: SPADE configs
+simulated by the C++ model (`backends.create("spade")`) at dense width 32, the
+width of the CPU data, on two generated corpora (resumable datasets under
+``--data-root``):
 
-    python benchmarks/transfer.py --out benchmarks/results/transfer
-    python benchmarks/transfer.py --small --out /tmp/transfer   # CI size, < 60 s
+- the *evaluation* corpus (``eval_corpus``, 1k-1M rows, all families, all 256
+  configs): a fixed seeded split into validation (``val_matrices``, of which a
+  fixed seeded sample of ``val_configs`` configs is used) and test (the rest);
+- the *pool* (``pool_corpus``, 1k-100k rows, ``pool_configs`` sampled configs +
+  the baseline per matrix): the target training matrices. For each seed, a
+  seeded permutation of the pool gives the k fine-tune matrices of TLk (the
+  first k: nested) and the n matrices of NTn (the first n).
 
-Writes under OUT: ``source/`` and ``target/`` (parquet datasets; a rerun skips
-matrices already measured), ``transfer.json`` (per-seed and summary metrics),
-``transfer.md`` (table, mean ± std over seeds) and ``transfer.png`` (top-5
-fraction of the oracle per method, error bars = std over seeds).
+Every learned method sees the same validation data, which counts in its target
+samples; validation makes every choice (test is only scored):
+
+- COGNATE TLk: the shipped CPU model fine-tuned on k matrices; validation pair
+  accuracy picks the recipe among "no fine-tuning" and (frozen parts) x (lr) of
+  ``freezes`` x ``lrs``, and the epoch (early stopping: best epoch kept);
+- NTn: the same network trained on n target matrices only (lr from ``nt_lrs``
+  and the epoch chosen on validation);
+- WACO+FA (no mapper: raw config fields, no knobs) and WACO+FM (mapper, raw
+  knobs instead of latent encoders): their config embedding and head are
+  pre-trained on the same CPU data over the shipped model's (frozen)
+  featurizer, then fine-tuned on the TL5 matrices with COGNATE's recipe grid;
+- XGBoost: fit on the CPU data, then ``xgb_rounds`` more boosting rounds on the
+  TL5 matrices (validation picks the count, 0 included);
+- zero-shot (CPU model + SPADE knob encoder), random-k (k random configs per
+  test matrix: the same number of measurements as top-k), the best fixed
+  config chosen on the TL5 matrices, and the oracle.
+
+``--ablations`` adds, at k = 5: the COGNATE network re-pre-trained like the
+WACO variants (the reference they compare with), without the mapper, with a
+random-permutation mapping, without the latent encoder (platform knobs
+dropped), with the featurizer trained during fine-tuning, and pre-trained from
+scratch on 5 / 20 / 100 / 300 CPU matrices (``source_sizes``).
+
+Outputs under ``--out``: ``transfer_<op>.json`` (everything: params, headroom,
+per-seed and per-matrix results), ``transfer_<op>.md`` (tables, mean ± std over
+seeds), ``transfer_<op>_per_matrix.png`` (per-matrix sorted speedups, the
+paper's Figure 5) and ``transfer_<op>_efficiency.png`` (target samples vs
+top-1 fraction of the oracle, TL vs NT). ``--ship`` writes the TL5 model of
+the first seed to ``<pretrained root>/<op>-spade`` with a MODEL_CARD.md.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
+import hashlib
 import json
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
-import pandas as pd
-from tqdm.auto import tqdm
 
-from cognate_tvm import baselines
+from cognate_tvm import backends, baselines
+from cognate_tvm.collect import config_sample
 from cognate_tvm.data import Group, collect, groups_from_frame, load_frame, select, split_by_matrix
-from cognate_tvm.errors import UnknownKindError
-from cognate_tvm.matrix import generate_corpus
+from cognate_tvm.matrix.corpus import load_corpus
+from cognate_tvm.metrics import evaluate_group, summarize
 from cognate_tvm.model import ModelConfig
-from cognate_tvm.model.cognate import CognateCostModel
+from cognate_tvm.model.cognate import CognateCostModel, RankingModel
+from cognate_tvm.model.pretrained import CARD_FILE, PRETRAINED_DIR, load_pretrained, pretrained_path
 from cognate_tvm.space import create as create_space
-from cognate_tvm.train import evaluate
 
 logger = logging.getLogger("transfer")
-
-METHODS = ("cognate", "no_transfer", "zero_shot", "waco_fa", "waco_fm", "xgboost", "random")
-LABELS = {"cognate": "COGNATE", "no_transfer": "no transfer", "zero_shot": "zero-shot", "waco_fa": "WACO+FA",
-          "waco_fm": "WACO+FM", "random_mapping": "random mapping", "xgboost": "XGBoost", "random": "random"}
-# (metrics key, table header) in table order; "target_samples" is added by this benchmark
-COLUMNS = (("speedup_top1", "top-1 speedup"), ("speedup_topk", "top-{k} speedup"),
-           ("oracle_fraction_top1", "top-1 / oracle"), ("oracle_fraction_topk", "top-{k} / oracle"),
-           ("pair_accuracy", "pair acc."), ("kendall_tau", "Kendall tau"), ("val_pair_accuracy", "val pair acc."),
-           ("target_samples", "target samples"))
 
 
 @dataclass(frozen=True)
 class Params:
-    """Every size and setting of the experiment (the CLI flags override these)."""
+    """Every size and choice of the experiment (``--size`` picks one of `SIZES`)."""
 
-    op: str = "spmm"
+    ops: tuple[str, ...] = ("spmm", "sddmm")
     feat: int = 32
-    corpus_seed: int = 7
-    source_matrices: int = 24
-    source_configs: int = 32        # sampled CPU configs per matrix (+ the baseline config)
-    source_min_rows: int = 2000
-    source_max_rows: int = 20000
-    target_matrices: int = 40
-    target_min_rows: int = 2000
-    target_max_rows: int = 20000
-    finetune_matrices: int = 5      # k
+    data_seed: int = 0              # seeds the config samples (as `python -m cognate_tvm.collect --seed`)
+    chunk: int = 25                 # configs per Parquet part
+    eval_corpus: str = "synthetic:40:1101"
+    eval_min_rows: int = 1000
+    eval_max_rows: int = 1_000_000
+    pool_corpus: str = "synthetic:1000:1102"
+    pool_min_rows: int = 1000
+    pool_max_rows: int = 100_000
+    pool_configs: int = 100
+    split_seed: int = 0
     val_matrices: int = 5
-    finetune_configs: int = 100     # sampled SPADE configs per fine-tune matrix (of 256)
+    val_configs: int = 100
+    ks: tuple[int, ...] = (3, 5, 7)
+    nt_sizes: tuple[int, ...] = (5, 100, 1000)
     seeds: tuple[int, ...] = (0, 1, 2)
-    epochs: int = 40                # pre-training
-    finetune_epochs: int = 40
-    latent_epochs: int = 400
-    train_featurizer: bool = False
     top_k: int = 5
-    methods: tuple[str, ...] = METHODS
-    num_threads: int = 2
-    warmup: int = 1
-    repeats: int = 3
-    min_seconds: float = 0.002
+    finetune_epochs: int = 60
+    lrs: tuple[float, ...] = (1e-4, 5e-4, 2e-3)
+    freezes: tuple[tuple[str, ...], ...] = (("featurizer",), ("featurizer", "config"))
+    nt_epochs: int = 40
+    nt_lrs: tuple[float, ...] = (1e-3, 3e-3)
+    xgb_rounds: tuple[int, ...] = (0, 25, 100, 300)
+    pretrain_epochs: int = 30       # WACO variants / ablations: CPU pre-training of config embedding + head
+    source_sizes: tuple[int, ...] = (5, 20, 100, 300)
+    source_epochs: int = 10         # source-size ablation: pre-training from scratch, featurizer end to end
+    featurizer_epochs: int = 20     # ablation "featurizer trained in fine-tuning" (each epoch re-embeds)
+    featurizer_lrs: tuple[float, ...] = (5e-4,)
+    # CPU data collected by this benchmark when no --cpu-data is given (llvm, 1 thread)
+    cpu_corpus: str = "synthetic:16:2031"
+    cpu_min_rows: int = 1000
+    cpu_max_rows: int = 8000
+    cpu_configs: int = 12
+    threads: int = 2
 
 
-SMALL = Params(source_matrices=3, source_configs=5, source_min_rows=500, source_max_rows=1500,
-               target_matrices=7, target_min_rows=500, target_max_rows=1500, finetune_matrices=2,
-               val_matrices=1, finetune_configs=32, seeds=(0,), epochs=2, finetune_epochs=2, latent_epochs=20,
-               repeats=1, min_seconds=0.0005)
+SIZES = {
+    # pytest: tiny everything, one seed (< 60 s with a warm kernel cache)
+    "test": Params(chunk=128, eval_corpus="synthetic:9:1101", eval_min_rows=300, eval_max_rows=3000,
+                   pool_corpus="synthetic:10:1102", pool_min_rows=300, pool_max_rows=2000, pool_configs=24,
+                   val_matrices=2, val_configs=40, ks=(3, 5), nt_sizes=(5, 10), seeds=(0,), finetune_epochs=3,
+                   lrs=(1e-3,), freezes=(("featurizer",),), nt_epochs=3, nt_lrs=(1e-3,), xgb_rounds=(0, 5),
+                   pretrain_epochs=2, source_epochs=2, featurizer_epochs=2, source_sizes=(1, 3),
+                   cpu_corpus="synthetic:4:2031", cpu_min_rows=300, cpu_max_rows=1500, cpu_configs=3),
+    # CI: the whole protocol at small scale, < 10 min on 2 cores
+    "ci": Params(eval_corpus="synthetic:24:1101", eval_max_rows=200_000, pool_corpus="synthetic:120:1102",
+                 pool_max_rows=30_000, nt_sizes=(5, 30, 120), finetune_epochs=30, lrs=(5e-4, 2e-3),
+                 nt_epochs=20, nt_lrs=(1e-3,), xgb_rounds=(0, 50), pretrain_epochs=10, source_epochs=5,
+                 source_sizes=(5, 16)),
+    "full": Params(),
+}
+
+LABELS = {"zero_shot": "zero-shot (CPU model only)", "waco_fa": "WACO+FA", "waco_fm": "WACO+FM",
+          "xgboost": "XGBoost", "random": "random-k", "best_fixed": "best fixed config (TL5 matrices)",
+          "oracle": "oracle", "abl_reference": "COGNATE, head re-pre-trained (reference)",
+          "abl_no_mapper": "no mapper (= WACO+FA)", "abl_random_mapping": "random-permutation mapping",
+          "abl_no_latent": "no latent encoder (knobs dropped)", "abl_raw_knobs": "raw knobs (= WACO+FM)",
+          "abl_featurizer_trained": "featurizer trained in fine-tuning"}
+COLUMNS = (("speedup_top1", "top-1 speedup"), ("speedup_topk", "top-5 speedup"),
+           ("oracle_fraction_top1", "top-1 / oracle"), ("oracle_fraction_topk", "top-5 / oracle"),
+           ("ape_top1", "APE %"), ("pair_accuracy", "pair acc."), ("kendall_tau", "Kendall tau"))
 
 
-# -- data ---------------------------------------------------------------------------------
-def collect_data(params: Params, out: Path, *, kernel_cache: Path | None, progress: bool = True):
-    """Measure (or reuse) source and target datasets; returns (source groups, target groups)."""
-    from cognate_tvm.backends.cpu import LLVMBackend
-    from cognate_tvm.backends.spade import SpadeBackend
-
-    cpu, spade = create_space("cpu", params.op), create_space("spade", params.op)
-    source = generate_corpus(params.source_matrices, seed=params.corpus_seed, min_rows=params.source_min_rows,
-                             max_rows=params.source_max_rows)
-    target = generate_corpus(params.target_matrices, seed=params.corpus_seed + 1,
-                             min_rows=params.target_min_rows, max_rows=params.target_max_rows)
-    shared = {e.name for e in source} & {e.name for e in target}
-    if shared:
-        raise ValueError(f"source and target corpora share matrices {sorted(shared)}; change --corpus-seed")
-    configs = cpu.sample(params.source_configs, seed=params.corpus_seed)
-    if cpu.baseline() not in configs:
-        configs.append(cpu.baseline())  # every group needs its baseline time
-    llvm = LLVMBackend(num_threads=params.num_threads, cache_dir=kernel_cache, warmup=params.warmup,
-                       repeats=params.repeats, min_seconds=params.min_seconds)
-    collect(llvm, params.op, source, configs, out / "source", feat=params.feat, progress=progress)
-    collect(SpadeBackend(workers=params.num_threads), params.op, target, spade.configs(), out / "target",
-            feat=params.feat, progress=progress)
-    built = {e.name: e.build() for e in (*source, *target)}
-    names_src, names_tgt = {e.name for e in source}, {e.name for e in target}
-    src_frame, tgt_frame = load_frame(out / "source"), load_frame(out / "target")
-    # a dataset dir may hold matrices of an earlier, larger run: use only this run's
-    src = groups_from_frame(src_frame[src_frame["matrix"].isin(names_src) & (src_frame["feat"] == params.feat)],
-                            space=cpu, matrices=built)
-    tgt = groups_from_frame(tgt_frame[tgt_frame["matrix"].isin(names_tgt) & (tgt_frame["feat"] == params.feat)],
-                            space=spade, matrices=built)
-    return src, tgt
+def label(method: str) -> str:
+    if method.startswith("tl"):
+        return f"COGNATE TL{method[2:]}"
+    if method.startswith("nt"):
+        return f"NT{method[2:]}"
+    if method.startswith("abl_source_"):
+        return f"CPU source: {method.rsplit('_', 1)[1]} matrices"
+    return LABELS.get(method, method)
 
 
-def split_target(params: Params, groups: list[Group], seed: int) -> tuple[list[Group], list[Group], list[Group]]:
-    """Seeded fine-tune / validation / test split of the target matrices; fine-tune configs subsampled."""
-    names = [g.name for g in groups]
-    n = len(set(names))
-    if params.finetune_matrices + params.val_matrices >= n:
-        raise ValueError(f"{params.finetune_matrices} fine-tune + {params.val_matrices} validation matrices "
-                         f"leave no test matrix of {n} target matrices")
-    f_ft, f_val = params.finetune_matrices / n, params.val_matrices / n
-    ft_names, val_names, test_names = split_by_matrix(names, fractions=(f_ft, f_val, 1.0 - f_ft - f_val),
-                                                      seed=seed)
-    rng = np.random.default_rng(seed)
-    finetune = []
-    for g in select(groups, ft_names):
-        keep = np.sort(rng.choice(len(g.configs), min(params.finetune_configs, len(g.configs)), replace=False))
-        finetune.append(Group(g.name, g.matrix, g.feat, tuple(g.configs[i] for i in keep), g.times_ms[keep]))
-    return finetune, select(groups, val_names), select(groups, test_names)
+# -- data ---------------------------------------------------------------------------------------
+@dataclass
+class TargetData:
+    """The SPADE groups of one op: validation, test, and the training pool."""
+
+    val: list[Group]                # val_configs sampled configs (+ baseline) of the validation matrices
+    test: list[Group]               # all configs
+    pool: list[Group]               # pool_configs sampled configs + baseline
+    seconds: float
 
 
-# -- experiment ---------------------------------------------------------------------------
-def model_config(params: Params) -> ModelConfig:
-    return ModelConfig().replace(**{"train.epochs": params.epochs, "train.finetune_epochs": params.finetune_epochs,
-                                    "train.train_featurizer": params.train_featurizer,
-                                    "latent.epochs": params.latent_epochs})
+def _sample_group(group: Group, count: int, seed: int, keep) -> Group:
+    """`count` seeded configs of `group`, always including `keep` (the baseline config)."""
+    rng = np.random.default_rng([seed, int(hashlib.sha1(group.name.encode()).hexdigest()[:8], 16)])
+    others = [i for i, c in enumerate(group.configs) if c != keep]
+    chosen = set(rng.choice(others, size=min(count, len(others)), replace=False).tolist())
+    chosen |= {i for i, c in enumerate(group.configs) if c == keep}
+    idx = sorted(chosen)
+    return Group(group.name, group.matrix, group.feat, tuple(group.configs[i] for i in idx), group.times_ms[idx])
 
 
-def run_method(kind: str, seed: int, params: Params, *, source, finetune, val, test) -> dict:
-    """Pre-train, fine-tune and evaluate one method for one seed; returns its metrics row."""
-    cpu, spade = create_space("cpu", params.op), create_space("spade", params.op)
+def _collect(op: str, entries, count: int, path: Path, params: Params, progress: bool) -> list[Group]:
+    """Simulate (or reuse) `count` configs per entry, as `python -m cognate_tvm.collect` does; their groups."""
+    spade = create_space("spade", op)
+    backend = backends.create("spade", workers=params.threads)
+    configs = {e.name: config_sample(spade, count, params.data_seed, e.name) for e in entries}
+    collect(backend, op, entries, configs, path, feat=params.feat, seed=params.data_seed, progress=progress,
+            chunk=params.chunk)
+    frame = load_frame(path)
+    names = {e.name for e in entries}
+    frame = frame[frame["matrix"].isin(names) & (frame["feat"] == params.feat)]
+    built = {e.name: e for e in entries}
+    order = {e.name: n for n, e in enumerate(entries)}
+    groups = groups_from_frame(frame, space=spade, matrices=built, op=op)
+    return sorted((g for g in groups if len(g.configs) >= 2), key=lambda g: order[g.name])
+
+
+def target_data(op: str, params: Params, root: Path, *, progress: bool) -> TargetData:
     start = time.perf_counter()
-    model = baselines.create(kind, config=model_config(params), seed=seed,
-                             xgb_options={"num_threads": params.num_threads})
-    model.fit(source, space=cpu)
-    if isinstance(model, CognateCostModel):
-        model.finetune(finetune, space=spade, val_groups=val)  # validation picks the fine-tuning epoch
+    spade = create_space("spade", op)
+    eval_entries = load_corpus(params.eval_corpus, min_rows=params.eval_min_rows, max_rows=params.eval_max_rows)
+    pool_entries = load_corpus(params.pool_corpus, min_rows=params.pool_min_rows, max_rows=params.pool_max_rows)
+    if {e.name for e in eval_entries} & {e.name for e in pool_entries}:
+        raise ValueError("the evaluation corpus and the pool share matrices: change a corpus seed")
+    evaluation = _collect(op, eval_entries, len(spade.configs()), root / f"spade_eval_{op}", params, progress)
+    pool = _collect(op, pool_entries, params.pool_configs, root / f"spade_pool_{op}", params, progress)
+    names = [g.name for g in evaluation]
+    n_val = params.val_matrices / len(names)
+    _, val_names, test_names = split_by_matrix(names, fractions=(0.0, n_val, 1.0 - n_val), seed=params.split_seed)
+    val = [_sample_group(g, params.val_configs, params.split_seed, spade.baseline())
+           for g in select(evaluation, val_names)]
+    return TargetData(val=val, test=select(evaluation, test_names), pool=pool,
+                      seconds=time.perf_counter() - start)
+
+
+def cpu_source(op: str, params: Params, args, out: Path, *, progress: bool):
+    """(train, validation) CPU groups: the given dataset, or one this benchmark measures itself."""
+    cpu = create_space("cpu", op)
+    if args.cpu_data:
+        path, spec = Path(str(args.cpu_data).format(op=op)), args.cpu_corpus
+        entries = load_corpus(spec, min_rows=args.cpu_min_rows, max_rows=args.cpu_max_rows)
     else:
-        model.finetune(finetune, space=spade)
-    row = evaluate(model, test, space=spade, k=params.top_k)
-    val_metrics = evaluate(model, val, space=spade, k=params.top_k)
-    uses_target = kind not in ("zero_shot", "random")
-    row.update(method=kind, seed=seed, val_pair_accuracy=val_metrics["pair_accuracy"],
-               val_oracle_fraction_topk=val_metrics["oracle_fraction_topk"],
-               target_samples=float(sum(len(g.configs) for g in finetune)) if uses_target else 0.0,
-               source_samples=float(sum(len(g.configs) for g in source)) if kind not in ("no_transfer", "random")
-               else 0.0, seconds=time.perf_counter() - start)
-    return row
+        from cognate_tvm.backends.cpu import LLVMBackend
+
+        path, spec = out / f"cpu_{op}", params.cpu_corpus
+        entries = load_corpus(spec, min_rows=params.cpu_min_rows, max_rows=params.cpu_max_rows)
+        llvm = LLVMBackend(num_threads=1, cache_dir=args.kernel_cache, warmup=0, repeats=2, min_seconds=0.001)
+        pool = cpu.sample_covering(max(16, 2 * params.cpu_configs), seed=params.data_seed)  # >= every knob value
+        configs = {e.name: config_sample(cpu, params.cpu_configs, params.data_seed, e.name, pool) for e in entries}
+        collect(llvm, op, entries, configs, path, feat=params.feat, seed=params.data_seed, progress=progress)
+    frame = load_frame(path)
+    frame = frame[(frame["op"] == op) & (frame["platform"] == "cpu")]
+    known = {e.name: e for e in entries}
+    frame = frame[frame["matrix"].isin(known)]
+    groups = [g for g in groups_from_frame(frame, space=cpu, matrices=known, op=op) if len(g.configs) >= 2]
+    train_names, val_names, _ = split_by_matrix([g.name for g in groups], seed=0)  # pretrain.py's split
+    order = {name: n for n, name in enumerate(train_names)}
+    train = sorted(select(groups, train_names), key=lambda g: order[g.name])
+    return train, select(groups, val_names), {"path": str(path), "corpus": spec, "matrices": len(groups),
+                                              "measurements": int(len(frame))}
 
 
-def summarize_runs(rows: list[dict]) -> pd.DataFrame:
-    frame = pd.DataFrame(rows).drop(columns=["seed"])
-    grouped = frame.groupby("method", sort=False)
-    return pd.concat([grouped.mean(), grouped.std(ddof=0).add_suffix("_std")], axis=1)
+# -- models -------------------------------------------------------------------------------------
+def evaluate_groups(model: RankingModel, groups: Sequence[Group], space, k: int) -> tuple[dict, list[dict]]:
+    """Summary metrics (`cognate_tvm.metrics.summarize`) and per-group picks of `model` on `groups`."""
+    results, rows = [], []
+    base = space.baseline()
+    for g in groups:
+        configs = list(g.configs)
+        baseline_ms = float(g.times_ms[configs.index(base)])
+        scores = np.asarray(model.predict(g.matrix, configs, space=space, feat=g.feat), dtype=np.float64)
+        r = evaluate_group(g.times_ms, scores, baseline_ms=baseline_ms, k=k)
+        results.append(r)
+        rows.append({"matrix": g.name, "nnz": int(g.matrix.nnz), "baseline_ms": r.baseline_ms,
+                     "oracle_ms": r.oracle_ms, "top1_ms": r.top1_ms, "topk_ms": r.topk_ms})
+    return summarize(results), rows
 
 
-def write_reports(params: Params, out: Path, rows: list[dict], summary: pd.DataFrame, info: dict) -> None:
-    payload = {"params": dataclasses.asdict(params), "info": info, "runs": rows,
-               "summary": {m: {k: float(v) for k, v in r.items()} for m, r in summary.iterrows()}}
-    (out / "transfer.json").write_text(json.dumps(payload, indent=1))
-    header = ["method"] + [title.format(k=params.top_k) for _, title in COLUMNS]
-    lines = [f"# CPU -> SPADE transfer ({params.op}, N={params.feat})", "",
-             f"Source: {info['source_groups']} matrices x {params.source_configs}+baseline CPU configs "
-             f"(llvm, {params.num_threads} threads). Target: {info['target_groups']} matrices x all SPADE "
-             f"configs; per seed {params.finetune_matrices} fine-tune (x {params.finetune_configs} configs), "
-             f"{params.val_matrices} validation, the rest test. Seeds: {list(params.seeds)}; mean ± std over seeds. "
-             f"Oracle speedup over the baseline config (test): "
-             f"{summary['speedup_oracle'].iloc[0]:.3f}. top-{params.top_k} = the fastest of the model's "
-             f"{params.top_k} best-scored configs.", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for method, r in summary.iterrows():
-        cells = [LABELS.get(method, method)]
-        for key, _ in COLUMNS:
-            cells.append(f"{r[key]:.0f}" if key == "target_samples" else f"{r[key]:.3f} ± {r[key + '_std']:.3f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    (out / "transfer.md").write_text("\n".join(lines) + "\n")
+class OracleRanker(RankingModel):
+    """Scores = the measured times: the best config of each group first (the upper bound)."""
 
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    name = "oracle"
 
-    fig, ax = plt.subplots(figsize=(1.1 * len(summary) + 2, 3.6))
-    x = np.arange(len(summary))
-    ax.bar(x, summary["oracle_fraction_topk"], yerr=summary["oracle_fraction_topk_std"], capsize=4,
-           color=["tab:red" if m == "cognate" else "tab:blue" for m in summary.index])
-    ax.set_xticks(x, [LABELS.get(m, m) for m in summary.index], rotation=20)
-    ax.set_ylabel(f"top-{params.top_k} fraction of oracle (geomean)")
-    ax.set_ylim(0, 1.05)
-    ax.set_title(f"CPU -> SPADE, {params.finetune_matrices} target matrices, {len(params.seeds)} seed(s)")
-    fig.tight_layout()
-    fig.savefig(out / "transfer.png", dpi=120)
-    plt.close(fig)
+    def __init__(self, groups: Sequence[Group]):
+        from cognate_tvm.data import matrix_hash
+
+        self.times = {(matrix_hash(g.matrix), g.feat, c.to_json()): t
+                      for g in groups for c, t in zip(g.configs, g.times_ms)}
+        self._hash = matrix_hash
+
+    def fit(self, groups, *, space):
+        return self
+
+    def finetune(self, groups, *, space):
+        return self
+
+    def predict(self, matrix, configs, *, space, feat):
+        key = self._hash(matrix)
+        return np.array([self.times[(key, feat, c.to_json())] for c in configs], dtype=np.float64)
 
 
-def run(params: Params, out: Path, *, kernel_cache: Path | None, progress: bool = True) -> pd.DataFrame:
-    """The whole experiment; returns the summary (one row per method, mean and *_std columns)."""
-    import torch
+def samples(groups: Sequence[Group]) -> int:
+    return int(sum(len(g.configs) for g in groups))
 
-    for kind in params.methods:
-        if kind not in baselines.KINDS:
-            raise UnknownKindError("method", kind, baselines.KINDS)
-    torch.set_num_threads(params.num_threads)
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    source, target = collect_data(params, out, kernel_cache=kernel_cache, progress=progress)
-    collected = time.perf_counter() - start
-    rows = []
-    jobs = [(seed, kind) for seed in params.seeds for kind in params.methods]
-    splits = {seed: split_target(params, target, seed) for seed in params.seeds}
-    for seed, kind in tqdm(jobs, desc="methods x seeds", disable=not progress):
-        finetune, val, test = splits[seed]
-        rows.append(run_method(kind, seed, params, source=source, finetune=finetune, val=val, test=test))
-        logger.info("seed %d %s: top-5/oracle %.3f (%.1f s)", seed, kind, rows[-1]["oracle_fraction_topk"],
-                    rows[-1]["seconds"])
-    summary = summarize_runs(rows)
-    info = {"source_groups": len(source), "target_groups": len(target), "collect_seconds": collected,
-            "total_seconds": time.perf_counter() - start, "test_matrices": len(splits[params.seeds[0]][2])}
-    write_reports(params, out, rows, summary, info)
+
+def val_score(model: RankingModel, val: Sequence[Group], space, k: int) -> dict:
+    summary, _ = evaluate_groups(model, val, space, k)
     return summary
 
 
-def parse_args(argv: list[str] | None) -> tuple[Params, argparse.Namespace]:
-    defaults = Params()
+def best_epoch(model: CognateCostModel, phase_rows: int) -> int | None:
+    rows = [r for r in model.history[-phase_rows:] if "val_pair_accuracy" in r] if phase_rows else []
+    return max(rows, key=lambda r: r["val_pair_accuracy"])["epoch"] if rows else None
+
+
+def finetune_on_validation(base: CognateCostModel, finetune: Sequence[Group], val: Sequence[Group], spade,
+                           params: Params, seed: int, freezes=None) -> tuple[CognateCostModel, dict]:
+    """Fine-tune copies of `base` with every recipe of the grid; keep the best on validation pair accuracy."""
+    base.encoder_for(spade)  # the SPADE knob encoder: unsupervised, trained once on the whole space
+    grid = [(("everything",), 0.0, 0)] + [(tuple(f), lr, params.finetune_epochs)
+                              for f in (params.freezes if freezes is None else freezes) for lr in params.lrs]
+    best = None
+    tried = []
+    for freeze, lr, epochs in grid:
+        model = copy.deepcopy(base)
+        model.seed = seed
+        if epochs:
+            model.finetune(finetune, space=spade, freeze=freeze, epochs=epochs, lr=lr, val_groups=val)
+        metrics = val_score(model, val, spade, params.top_k)
+        recipe = {"freeze": list(freeze), "lr": lr, "epochs_max": epochs,
+                  "epoch_kept": best_epoch(model, epochs), "val": metrics}
+        tried.append(recipe)
+        if best is None or metrics["pair_accuracy"] > best[1]["val"]["pair_accuracy"]:
+            best = (model, recipe)
+    model, recipe = best
+    return model, {**recipe, "grid": tried}
+
+
+def train_no_transfer(nt_base: CognateCostModel, groups: Sequence[Group], val: Sequence[Group], spade,
+                      params: Params, seed: int) -> tuple[CognateCostModel, dict]:
+    """The COGNATE network trained on target data only; lr and epoch chosen on validation."""
+    best, tried = None, []
+    for lr in params.nt_lrs:
+        model = copy.deepcopy(nt_base)
+        model.seed = seed
+        model.config = model.config.replace(**{"train.lr": lr})
+        model.fit(groups, space=spade, val_groups=val, epochs=params.nt_epochs)
+        metrics = val_score(model, val, spade, params.top_k)
+        recipe = {"lr": lr, "epochs_max": params.nt_epochs, "epoch_kept": best_epoch(model, params.nt_epochs),
+                  "val": metrics}
+        tried.append(recipe)
+        if best is None or metrics["pair_accuracy"] > best[1]["val"]["pair_accuracy"]:
+            best = (model, recipe)
+    return best[0], {**best[1], "grid": tried}
+
+
+def xgboost_on_validation(source_model, finetune, val, spade, params: Params) -> tuple[RankingModel, dict]:
+    best, tried = None, []
+    for rounds in params.xgb_rounds:
+        model = copy.deepcopy(source_model)
+        model.finetune_rounds = rounds
+        if rounds:
+            model.finetune(finetune, space=spade)
+        metrics = val_score(model, val, spade, params.top_k)
+        tried.append({"rounds": rounds, "val": metrics})
+        if best is None or metrics["pair_accuracy"] > best[1]["val"]["pair_accuracy"]:
+            best = (model, tried[-1])
+    return best[0], {**best[1], "grid": tried}
+
+
+def pretrain_variant(cpu_model: CognateCostModel, cpu_train, cpu_val, cpu_space, params: Params,
+                     **changes) -> CognateCostModel:
+    """A COGNATE variant whose config embedding and head are pre-trained on the CPU data over the
+    shipped model's featurizer (copied, frozen): only the named mapper / knob encoder differs."""
+    config = cpu_model.config.replace(**changes, **{"train.train_featurizer": False,
+                                                    "train.epochs": params.pretrain_epochs})
+    model = CognateCostModel(config, seed=cpu_model.seed)
+    model.net.featurizer.load_state_dict(cpu_model.net.featurizer.state_dict())
+    return model.fit(cpu_train, space=cpu_space, val_groups=cpu_val)
+
+
+def pretrain_from_scratch(cpu_model_config: ModelConfig, cpu_train, cpu_val, cpu_space, params: Params,
+                          seed: int = 0) -> CognateCostModel:
+    """The shipped model's recipe (every part trained, featurizer end to end) on `cpu_train` only."""
+    config = cpu_model_config.replace(**{"train.train_featurizer": True, "train.epochs": params.source_epochs})
+    return CognateCostModel(config, seed=seed).fit(cpu_train, space=cpu_space, val_groups=cpu_val)
+
+
+def source_sizes(params: Params, available: int) -> list[int]:
+    """The CPU source sizes of the ablation, capped at the CPU training matrices there are."""
+    return sorted({min(n, available) for n in params.source_sizes})
+
+
+def warm_embeddings(model: CognateCostModel, groups: Sequence[Group]) -> None:
+    """Compute (and cache) the matrix embeddings once, so every copy of `model` reuses them."""
+    for g in groups:
+        model.embedding(g.matrix)
+
+
+# -- the experiment of one op ---------------------------------------------------------------------
+def load_cpu_model(op: str, args, cpu_train, cpu_val, params: Params) -> tuple[CognateCostModel, dict]:
+    if args.cpu_model == "shipped":
+        root = args.pretrained_root or PRETRAINED_DIR
+        model = load_pretrained(op, "cpu", root=root)
+        path = pretrained_path(op, "cpu", root=root)
+        return model, {"source": "shipped", "path": str(path),
+                       "weights_sha1": hashlib.sha1((path / "model.pt").read_bytes()).hexdigest()}
+    if args.cpu_model == "pretrain":
+        config = ModelConfig().replace(**{"train.epochs": params.pretrain_epochs, "train.train_featurizer": True})
+        model = CognateCostModel(config, seed=0).fit(cpu_train, space=create_space("cpu", op), val_groups=cpu_val)
+        return model, {"source": "pre-trained by this run", "epochs": params.pretrain_epochs}
+    path = Path(str(args.cpu_model).format(op=op))
+    return CognateCostModel.load(path), {"source": "directory", "path": str(path)}
+
+
+def run_op(op: str, params: Params, args, out: Path) -> dict:
+    import torch
+
+    progress = not args.no_progress
+    timings: dict[str, float] = {}
+    tick = time.perf_counter()
+    spade, cpu = create_space("spade", op), create_space("cpu", op)
+    data = target_data(op, params, Path(args.data_root or out / "data"), progress=progress)
+    timings["target_data"] = data.seconds
+    logger.info("%s: %d validation, %d test, %d pool matrices (%.0f s)", op, len(data.val), len(data.test),
+                len(data.pool), data.seconds)
+    if 5 not in params.ks:
+        raise ValueError(f"k = 5 (TL5: shipped, and the data of the k = 5 baselines) must be among ks {params.ks}")
+    for n in (*params.nt_sizes, *params.ks):
+        if n > len(data.pool):
+            raise ValueError(f"{n} target training matrices asked, the pool has {len(data.pool)}")
+    start = time.perf_counter()
+    cpu_train, cpu_val, cpu_info = cpu_source(op, params, args, out, progress=progress)
+    timings["cpu_data"] = time.perf_counter() - start
+    start = time.perf_counter()
+    cpu_model, cpu_model_info = load_cpu_model(op, args, cpu_train, cpu_val, params)
+    cpu_model.encoder_for(spade)
+    warm_embeddings(cpu_model, [*data.val, *data.test])
+    timings["cpu_model"] = time.perf_counter() - start
+
+    runs: list[dict] = []
+    per_matrix: dict[str, dict[int, list[dict]]] = {}
+    recipes: dict[str, dict[int, dict]] = {}
+    shipped_candidate = None
+
+    def score(method: str, seed: int, model: RankingModel, target_samples: float, seconds: float,
+              recipe: dict | None = None) -> None:
+        summary, rows = evaluate_groups(model, data.test, spade, params.top_k)
+        runs.append({"method": method, "seed": seed, **summary, "target_samples": target_samples,
+                     "seconds": seconds})
+        per_matrix.setdefault(method, {})[seed] = rows
+        if recipe is not None:
+            recipes.setdefault(method, {})[seed] = recipe
+        logger.info("%s seed %d %-22s top-1/oracle %.3f top-5/oracle %.3f pair %.3f (%.1f s)", op, seed, method,
+                    summary["oracle_fraction_top1"], summary["oracle_fraction_topk"], summary["pair_accuracy"],
+                    seconds)
+
+    n_val = samples(data.val)
+    main, ablations = not args.ablations_only, args.ablations or args.ablations_only
+    # one-off models: zero-shot, oracle, WACO variants and XGBoost pre-trained on the CPU data
+    if main:
+        start = time.perf_counter()
+        score("zero_shot", params.seeds[0], copy.deepcopy(cpu_model), 0.0, time.perf_counter() - start)
+    score("oracle", params.seeds[0], OracleRanker(data.test), float("nan"), 0.0)
+    start = time.perf_counter()
+    variants = {"waco_fa": pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="none",
+                                            knob_encoder="none"),
+                "waco_fm": pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="standard",
+                                            knob_encoder="pad")}
+    if ablations:
+        variants["abl_reference"] = pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params)
+        variants["abl_random_mapping"] = pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params,
+                                                          mapper="random")
+        variants["abl_no_latent"] = pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params,
+                                                     knob_encoder="none")
+        for n in source_sizes(params, len(cpu_train)):
+            variants[f"abl_source_{n}"] = pretrain_from_scratch(cpu_model.config, cpu_train[:n], cpu_val, cpu,
+                                                                params)
+    for model in variants.values():
+        model.encoder_for(spade)
+        warm_embeddings(model, [*data.val, *data.test])
+    if main:
+        xgb_source = baselines.create("xgboost", seed=0, xgb_options={"num_threads": params.threads})
+        xgb_source.fit(cpu_train, space=cpu)
+    timings["source_variants"] = time.perf_counter() - start
+
+    for seed in params.seeds:
+        torch.manual_seed(seed)
+        order = np.random.default_rng([seed, 7]).permutation(len(data.pool))
+        pool = [data.pool[i] for i in order]
+        five = pool[:5]  # TL5's matrices: also the fine-tune data of WACO+FA/FM, XGBoost and best fixed
+        for k in (params.ks if main else (5,)):
+            start = time.perf_counter()
+            warm_embeddings(cpu_model, pool[:k])
+            model, recipe = finetune_on_validation(cpu_model, pool[:k], data.val, spade, params, seed)
+            score(f"tl{k}", seed, model, samples(pool[:k]) + n_val, time.perf_counter() - start,
+                  {**recipe, "finetune_matrices": [g.name for g in pool[:k]]})
+            if k == 5 and seed == params.seeds[0]:
+                shipped_candidate = (model, recipe, [g.name for g in pool[:k]])
+        if ablations:
+            start = time.perf_counter()
+            params_fz = dataclasses.replace(params, finetune_epochs=params.featurizer_epochs, lrs=params.featurizer_lrs)
+            model, recipe = finetune_on_validation(cpu_model, five, data.val, spade, params_fz, seed,
+                                                   freezes=[()])
+            score("abl_featurizer_trained", seed, model, samples(five) + n_val, time.perf_counter() - start,
+                  recipe)
+        for name, base in variants.items():
+            start = time.perf_counter()
+            warm_embeddings(base, five)
+            model, recipe = finetune_on_validation(base, five, data.val, spade, params, seed)
+            score(name, seed, model, samples(five) + n_val, time.perf_counter() - start, recipe)
+        if not main:
+            continue
+        # no transfer: one seeded network per seed; its (frozen, random) featurizer's embeddings are shared
+        start = time.perf_counter()
+        nt_base = CognateCostModel(cpu_model.config.replace(**{"train.train_featurizer": False}), seed=seed)
+        nt_base.encoder_for(spade)
+        warm_embeddings(nt_base, [*data.val, *data.test, *pool[:max(params.nt_sizes)]])
+        shared = time.perf_counter() - start
+        for n in params.nt_sizes:
+            start = time.perf_counter()
+            model, recipe = train_no_transfer(nt_base, pool[:n], data.val, spade, params, seed)
+            score(f"nt{n}", seed, model, samples(pool[:n]) + n_val, time.perf_counter() - start + shared, recipe)
+        start = time.perf_counter()
+        model, recipe = xgboost_on_validation(xgb_source, five, data.val, spade, params)
+        score("xgboost", seed, model, samples(five) + n_val, time.perf_counter() - start, recipe)
+        fixed = baselines.create("best_fixed").finetune(five, space=spade)
+        score("best_fixed", seed, fixed, samples(five), 0.0, {"config": fixed.best()})
+        score("random", seed, baselines.create("random", seed=seed), 0.0, 0.0)
+    timings["total"] = time.perf_counter() - tick
+
+    hindsight = baselines.create("best_fixed").finetune(data.test, space=spade)
+    headroom, _ = evaluate_groups(hindsight, data.test, spade, params.top_k)
+    val_head, _ = evaluate_groups(OracleRanker(data.val), data.val, spade, params.top_k)
+    info = {
+        "op": op, "feat": params.feat, "timings_s": timings, "cpu_data": cpu_info, "cpu_model": cpu_model_info,
+        "validation_matrices": [g.name for g in data.val], "validation_samples": n_val,
+        "test_matrices": [g.name for g in data.test], "pool_matrices": len(data.pool),
+        "test_nnz": [int(g.matrix.nnz) for g in data.test],
+        "headroom": {"test_oracle_over_baseline": headroom["speedup_oracle"],
+                     "test_best_fixed_in_hindsight_over_oracle": headroom["oracle_fraction_top1"],
+                     "test_best_fixed_in_hindsight_config": hindsight.best(),
+                     "validation_oracle_over_baseline": val_head["speedup_oracle"]},
+    }
+    result = {"info": info, "runs": runs, "summary": summarize_runs(runs), "recipes": recipes,
+              "per_matrix": per_matrix}
+    if args.ship and shipped_candidate is not None:
+        result["shipped"] = ship(op, shipped_candidate, result, params, args, data.test)
+    return result
+
+
+def summarize_runs(runs: list[dict]) -> dict[str, dict[str, float]]:
+    keys = [k for k, _ in COLUMNS] + ["speedup_oracle", "target_samples", "seconds"]
+    out: dict[str, dict[str, float]] = {}
+    for method in dict.fromkeys(r["method"] for r in runs):
+        rows = [r for r in runs if r["method"] == method]
+        entry = {"seeds": float(len(rows))}
+        for key in keys:
+            values = np.array([r[key] for r in rows], dtype=np.float64)
+            entry[key] = float(values.mean())
+            entry[key + "_std"] = float(values.std())
+        out[method] = entry
+    return out
+
+
+# -- shipping and reports -------------------------------------------------------------------------
+def ship(op: str, candidate, result: dict, params: Params, args, test_groups: Sequence[Group]) -> dict:
+    model, recipe, names = candidate
+    root = Path(args.pretrained_root or PRETRAINED_DIR)
+    path = pretrained_path(op, "spade", root=root)
+    model.save(path)
+    test_row = next(r for r in result["runs"] if r["method"] == "tl5" and r["seed"] == params.seeds[0])
+    info = result["info"]
+    metric_rows = "\n".join(f"| {title} | {recipe['val'][key]:.3f} | {test_row[key]:.3f} |" for key, title in COLUMNS)
+    command = "python benchmarks/transfer.py " + " ".join(sys.argv[1:])
+    card = f"""# cognate-tvm SPADE cost model: {op} (COGNATE TL5)
+
+- Platform: spade (the C++ SPADE model, `backends.create("spade")`, default hardware), dense width {params.feat}.
+  Format: `CognateCostModel.save`; load with `load_pretrained("{op}", "spade")`.
+- Pre-trained: the CPU model {info['cpu_model'].get('path', info['cpu_model']['source'])}
+  (weights sha1 {info['cpu_model'].get('weights_sha1', 'n/a')}).
+- Fine-tuned on 5 SPADE matrices x {params.pool_configs} sampled configs (+ the baseline config), drawn
+  with seed {params.seeds[0]} from the pool `{params.pool_corpus}` ({params.pool_min_rows}-{params.pool_max_rows} rows):
+  {', '.join(names)}.
+- Validation: {len(info['validation_matrices'])} matrices of `{params.eval_corpus}`
+  ({params.eval_min_rows}-{params.eval_max_rows} rows) x {params.val_configs} sampled configs
+  ({info['validation_samples']} samples); it chose the recipe: frozen {', '.join(recipe['freeze']) or 'nothing'},
+  lr {recipe['lr']}, epoch {recipe['epoch_kept']} of {recipe['epochs_max']} (best validation pair accuracy).
+- Target samples used: {test_row['target_samples']:.0f} (fine-tune + validation).
+- Test: {len(info['test_matrices'])} other matrices of the evaluation corpus, all 256 configs each; oracle / baseline
+  config {info['headroom']['test_oracle_over_baseline']:.3f}x, best fixed config in hindsight / oracle
+  {info['headroom']['test_best_fixed_in_hindsight_over_oracle']:.3f}.
+
+| metric (top-k: k = {params.top_k}) | validation | test |
+|---|---|---|
+{metric_rows}
+
+Rebuild: `{command}` (docs/transfer.md).
+"""
+    (path / CARD_FILE).write_text(card)
+    # the shipped files must give back the same scores
+    reloaded = load_pretrained(op, "spade", root=root)
+    spade = create_space("spade", op)
+    group = test_groups[0]
+    same = np.allclose(reloaded.predict(group.matrix, list(group.configs), space=spade, feat=group.feat),
+                       model.predict(group.matrix, list(group.configs), space=spade, feat=group.feat), atol=1e-5)
+    if not same:
+        raise RuntimeError(f"{path}: the reloaded model scores differently from the one saved")
+    return {"path": str(path), "finetune_matrices": names,
+            "recipe": {k: v for k, v in recipe.items() if k != "grid"}}
+
+
+def fmt(entry: dict, key: str) -> str:
+    return f"{entry[key]:.3f} ± {entry[key + '_std']:.3f}"
+
+
+def markdown(op: str, result: dict, params: Params, methods: Sequence[str]) -> list[str]:
+    summary = result["summary"]
+    header = ["method"] + [t for _, t in COLUMNS] + ["target samples"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for method in methods:
+        if method not in summary:
+            continue
+        e = summary[method]
+        samples_cell = "all (test)" if method == "oracle" else f"{e['target_samples']:.0f}"
+        cells = [label(method)] + [fmt(e, key) for key, _ in COLUMNS] + [samples_cell]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def main_methods(params: Params) -> list[str]:
+    return ([f"tl{k}" for k in params.ks] + [f"nt{n}" for n in params.nt_sizes]
+            + ["zero_shot", "waco_fa", "waco_fm", "xgboost", "random", "best_fixed", "oracle"])
+
+
+def ablation_methods(summary: dict) -> list[str]:
+    sources = sorted((m for m in summary if m.startswith("abl_source_")), key=lambda m: int(m.rsplit("_", 1)[1]))
+    return ["tl5", "abl_reference", "waco_fa", "abl_random_mapping", "abl_no_latent", "waco_fm",
+            "abl_featurizer_trained", *sources]
+
+
+def write_markdown(op: str, result: dict, params: Params, path: Path, command: str) -> str:
+    info, h = result["info"], result["info"]["headroom"]
+    lines = [f"# CPU -> SPADE transfer, {op} (N = {params.feat})", "",
+             f"Command: `{command}`; {info['timings_s']['total']:.0f} s for this op.", "",
+             f"Test: {len(info['test_matrices'])} matrices of `{params.eval_corpus}` ({params.eval_min_rows}-"
+             f"{params.eval_max_rows} rows, nnz {min(info['test_nnz'])}-{max(info['test_nnz'])}), all 256 configs. "
+             f"Headroom: oracle / baseline config **{h['test_oracle_over_baseline']:.3f}x**; the best fixed config "
+             "in hindsight (chosen on the test set itself) reaches "
+             f"**{h['test_best_fixed_in_hindsight_over_oracle']:.3f}**"
+             f" of the oracle.",
+             f"Validation (every method, every choice): {len(info['validation_matrices'])} matrices x "
+             f"{params.val_configs} configs = {info['validation_samples']} samples, counted in target samples. "
+             f"Target training matrices: seeded draws from a pool of {info['pool_matrices']} matrices of "
+             f"`{params.pool_corpus}` ({params.pool_min_rows}-{params.pool_max_rows} rows) x {params.pool_configs} "
+             f"configs + baseline. CPU model: {info['cpu_model']['source']}; CPU data for the re-pre-trained "
+             f"variants: {info['cpu_data']['matrices']} matrices ({info['cpu_data']['corpus']}).",
+             f"Seeds {list(params.seeds)}: mean ± std over seeds. top-k measures the k best-scored configs and "
+             f"keeps the fastest; speedups are geomeans over the baseline config; APE = mean % slowdown of the "
+             f"top-1 pick vs the oracle.", ""]
+    lines += markdown(op, result, params, main_methods(params))
+    if any(m.startswith("abl_") for m in result["summary"]):
+        lines += ["", "### Ablations (k = 5, same validation and recipe grid)", ""]
+        lines += markdown(op, result, params, ablation_methods(result["summary"]))
+    text = "\n".join(lines) + "\n"
+    path.write_text(text)
+    return text
+
+
+def plot(op: str, result: dict, params: Params, out: Path, stem: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seed = params.seeds[0]
+    pm = result["per_matrix"]
+    oracle = pm["oracle"][seed]
+    base = np.array([r["baseline_ms"] for r in oracle])
+    order = np.argsort(base / np.array([r["oracle_ms"] for r in oracle]))
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    tl = "tl5"
+    nt_mid = f"nt{params.nt_sizes[len(params.nt_sizes) // 2]}"
+    for method, style in (("oracle", "k-"), (tl, "r-o"), ("best_fixed", "b--s"), ("waco_fm", "g:^"),
+                          (nt_mid, "m-.v"), ("zero_shot", "c:x")):
+        if method not in pm:
+            continue
+        rows = pm[method][seed]
+        speed = np.array([r["baseline_ms"] / r["top1_ms"] for r in rows])[order]
+        ax.plot(np.arange(len(speed)), speed, style, ms=4, lw=1, label=label(method) + " (top-1)")
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="grey", lw=0.5)
+    ax.set_xlabel("test matrix (sorted by oracle speedup)")
+    ax.set_ylabel("speedup over baseline config")
+    ax.set_title(f"SPADE {op}: per-matrix top-1 speedups (seed {seed})")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out / f"{stem}_per_matrix.png", dpi=120)
+    plt.close(fig)
+    if not any(m.startswith("nt") for m in result["summary"]):
+        return
+
+    summary = result["summary"]
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for prefix, sizes, style, name in (("tl", params.ks, "r-o", "COGNATE TLk"), ("nt", params.nt_sizes, "m-s", "NTn")):
+        keys = [f"{prefix}{n}" for n in sizes if f"{prefix}{n}" in summary]
+        xs = [summary[k]["target_samples"] for k in keys]
+        ys = [summary[k]["oracle_fraction_top1"] for k in keys]
+        es = [summary[k]["oracle_fraction_top1_std"] for k in keys]
+        ax.errorbar(xs, ys, yerr=es, fmt=style, capsize=3, label=name)
+        for x, y, k in zip(xs, ys, keys):
+            ax.annotate(label(k).replace("COGNATE ", ""), (x, y), fontsize=7, textcoords="offset points",
+                        xytext=(4, -10))
+    for method, style in (("best_fixed", "b--"), ("zero_shot", "c:")):
+        if method in summary:
+            ax.axhline(summary[method]["oracle_fraction_top1"], ls=style[1:], color=style[0], lw=1,
+                       label=label(method))
+    ax.set_xscale("log")
+    ax.set_xlabel("target samples (fine-tune + validation)")
+    ax.set_ylabel("top-1 fraction of oracle (geomean)")
+    ax.set_title(f"SPADE {op}: data efficiency")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / f"{stem}_efficiency.png", dpi=120)
+    plt.close(fig)
+
+
+# -- CLI -----------------------------------------------------------------------------------------
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="ci")
+    parser.add_argument("--ops", nargs="+", choices=("spmm", "sddmm"), default=None)
+    parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/transfer"))
-    parser.add_argument("--small", action="store_true", help="CI size (few matrices and configs, 1 seed)")
-    parser.add_argument("--kernel-cache", type=Path, default=None,
-                        help="compiled-kernel cache (default: the llvm backend's own)")
+    parser.add_argument("--data-root", type=Path, default=None,
+                        help="where the SPADE datasets live (spade_eval_<op>, spade_pool_<op>); default OUT/data")
+    parser.add_argument("--cpu-model", default="shipped",
+                        help="'shipped' (load_pretrained(op, 'cpu')), 'pretrain' (on the CPU data), or a directory "
+                             "('{op}' is replaced)")
+    parser.add_argument("--cpu-data", default=None, help="CPU dataset directory ('{op}' is replaced); default: "
+                                                         "measure a small one under OUT")
+    parser.add_argument("--cpu-corpus", default=None, help="the corpus spec the CPU dataset was collected on")
+    parser.add_argument("--cpu-min-rows", type=int, default=1000)
+    parser.add_argument("--cpu-max-rows", type=int, default=30000)
+    parser.add_argument("--pool-matrices", type=int, default=None,
+                        help="use the first N matrices of the pool corpus (caps NT sizes at N)")
+    parser.add_argument("--eval-matrices", type=int, default=None,
+                        help="use the first N matrices of the evaluation corpus (validation + test)")
+    parser.add_argument("--ablations", action="store_true", help="add the ablation rows")
+    parser.add_argument("--ablations-only", action="store_true",
+                        help="only TL5 and the ablation rows (writes transfer_<op>_ablations.*)")
+    parser.add_argument("--ship", action="store_true", help="write the TL5 models to <pretrained root>/<op>-spade")
+    parser.add_argument("--pretrained-root", type=Path, default=None,
+                        help="where CPU models are loaded from and SPADE models shipped to (default: package data)")
+    parser.add_argument("--kernel-cache", type=Path, default=None, help="llvm kernel cache (own CPU data only)")
+    parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--no-progress", action="store_true")
-    flags = {"op": str, "feat": int, "corpus_seed": int, "source_matrices": int, "source_configs": int,
-             "source_min_rows": int, "source_max_rows": int, "target_matrices": int, "target_min_rows": int,
-             "target_max_rows": int, "finetune_matrices": int, "val_matrices": int, "finetune_configs": int,
-             "epochs": int, "finetune_epochs": int, "latent_epochs": int, "top_k": int, "num_threads": int,
-             "repeats": int}
-    for name, kind in flags.items():
-        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None,
-                            help=f"default {getattr(defaults, name)} (--small: {getattr(SMALL, name)})")
-    parser.add_argument("--seeds", type=int, nargs="+", default=None, help=f"default {list(defaults.seeds)}")
-    parser.add_argument("--methods", nargs="+", default=None, choices=baselines.KINDS,
-                        help=f"default {' '.join(defaults.methods)}")
-    parser.add_argument("--train-featurizer", action="store_true", default=None,
-                        help="also train the sparse-conv featurizer in pre-training (slow)")
     args = parser.parse_args(argv)
-    params = SMALL if args.small else defaults
-    changes = {name: getattr(args, name) for name in (*flags, "train_featurizer") if getattr(args, name) is not None}
-    if args.seeds is not None:
+    if (args.cpu_data is None) != (args.cpu_corpus is None):
+        parser.error("--cpu-data and --cpu-corpus go together")
+    params = SIZES[args.size]
+    changes = {}
+    if args.ops:
+        changes["ops"] = tuple(args.ops)
+    if args.seeds:
         changes["seeds"] = tuple(args.seeds)
-    if args.methods is not None:
-        changes["methods"] = tuple(args.methods)
+    if args.threads:
+        changes["threads"] = args.threads
+    # a synthetic corpus' first N entries are synthetic:N:SEED (same sizes range): a prefix of the data
+    if args.pool_matrices:
+        seed = params.pool_corpus.split(":")[2]
+        changes["pool_corpus"] = f"synthetic:{args.pool_matrices}:{seed}"
+        changes["nt_sizes"] = tuple(sorted({min(n, args.pool_matrices) for n in params.nt_sizes}))
+    if args.eval_matrices:
+        seed = params.eval_corpus.split(":")[2]
+        changes["eval_corpus"] = f"synthetic:{args.eval_matrices}:{seed}"
     return dataclasses.replace(params, **changes), args
 
 
-def main(argv: list[str] | None = None) -> int:
-    params, args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from cognate_tvm.kernels.cache import DEFAULT_CACHE_DIR
+def main(argv: Sequence[str] | None = None) -> int:
+    import torch
 
-    summary = run(params, args.out, kernel_cache=args.kernel_cache or DEFAULT_CACHE_DIR,
-                  progress=not args.no_progress)
-    print((args.out / "transfer.md").read_text())
-    logger.info("wrote %s", args.out)
-    return 0 if len(summary) == len(params.methods) else 1
+    params, args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    torch.set_num_threads(params.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    command = "python benchmarks/transfer.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    for op in params.ops:
+        start = time.perf_counter()
+        result = run_op(op, params, args, args.out)
+        payload = {"params": dataclasses.asdict(params), "command": command, **result,
+                   "wall_seconds": time.perf_counter() - start}
+        stem = f"transfer_{op}" + ("_ablations" if args.ablations_only else "")
+        (args.out / f"{stem}.json").write_text(json.dumps(payload, indent=1, default=float))
+        print(write_markdown(op, result, params, args.out / f"{stem}.md", command))
+        plot(op, result, params, args.out, stem)
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,10 @@
-"""benchmarks/transfer.py --small: writes its reports for every method and reuses collected data."""
+"""benchmarks/transfer.py --size test: the whole protocol at toy scale (< 60 s).
+
+It measures its own tiny CPU dataset (llvm), pre-trains a CPU model on it
+(--cpu-model pretrain), simulates tiny SPADE corpora, runs every method and
+ablation for one op, ships the TL5 model into a temporary package root, and
+checks what the reports, the split and the shipped model must satisfy.
+"""
 from __future__ import annotations
 
 import importlib.util
@@ -7,6 +13,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 
@@ -19,50 +26,101 @@ def _load_benchmark(monkeypatch):
     return bench
 
 
-def test_small_transfer_benchmark(tmp_path, monkeypatch):
+def test_transfer_benchmark_test_size(tmp_path, monkeypatch):
     bench = _load_benchmark(monkeypatch)
-    out = tmp_path / "transfer"
-    argv = ["--small", "--out", str(out), "--kernel-cache", str(tmp_path / "kernels"), "--no-progress"]
+    out, root = tmp_path / "out", tmp_path / "pretrained"
+    argv = ["--size", "test", "--ops", "spmm", "--out", str(out), "--cpu-model", "pretrain", "--ablations",
+            "--ship", "--pretrained-root", str(root), "--kernel-cache", str(tmp_path / "kernels"),
+            "--no-progress", "--threads", "1"]
     assert bench.main(argv) == 0
+    params = bench.SIZES["test"]
 
-    for name in ("transfer.json", "transfer.md", "transfer.png"):
+    for name in ("transfer_spmm.json", "transfer_spmm.md", "transfer_spmm_per_matrix.png",
+                 "transfer_spmm_efficiency.png"):
         assert (out / name).stat().st_size > 0
-    assert (out / "transfer.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    result = json.loads((out / "transfer.json").read_text())
-    methods = bench.SMALL.methods
-    assert set(methods) == {"cognate", "no_transfer", "zero_shot", "waco_fa", "waco_fm", "xgboost", "random"}
-    assert list(result["summary"]) == list(methods)
-    table = (out / "transfer.md").read_text()
-    for method in methods:
-        assert f"| {bench.LABELS[method]} |" in table
-    keys = [key for key, _ in bench.COLUMNS] + ["speedup_oracle"]
-    for method, row in result["summary"].items():
-        for key in keys:
-            assert math.isfinite(row[key]), (method, key, row[key])
-        assert 0.0 < row["oracle_fraction_top1"] <= row["oracle_fraction_topk"] <= 1.0 + 1e-9
-        assert row["speedup_topk"] <= row["speedup_oracle"] + 1e-9
-    summary = result["summary"]
-    k, configs = bench.SMALL.finetune_matrices, bench.SMALL.finetune_configs
-    assert summary["cognate"]["target_samples"] == summary["no_transfer"]["target_samples"] == k * configs
-    assert summary["zero_shot"]["target_samples"] == summary["random"]["target_samples"] == 0
-    assert len(result["runs"]) == len(methods) * len(bench.SMALL.seeds)
-    assert result["info"]["test_matrices"] == (bench.SMALL.target_matrices - k - bench.SMALL.val_matrices)
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    result = json.loads((out / "transfer_spmm.json").read_text())
+    summary, info = result["summary"], result["info"]
+    expected = set(bench.main_methods(params)) | set(bench.ablation_methods({"abl_source_1": 0, "abl_source_3": 0}))
+    assert set(summary) == expected
+    table = (out / "transfer_spmm.md").read_text()
+    for method in expected:
+        assert f"| {bench.label(method)} |" in table
 
-    # the rerun must reuse both datasets: any measurement fails the test
-    parts = {p: p.stat().st_mtime_ns for p in out.glob("*/*.parquet")}
-    assert len(parts) == bench.SMALL.source_matrices + bench.SMALL.target_matrices
-    from cognate_tvm.backends.cpu import LLVMBackend
+    for method, row in summary.items():
+        for key, _ in bench.COLUMNS:
+            assert math.isfinite(row[key]), (method, key)
+        assert 0.0 < row["oracle_fraction_top1"] <= row["oracle_fraction_topk"] <= 1.0 + 1e-9, method
+        assert row["speedup_topk"] <= row["speedup_oracle"] + 1e-9, method
+    oracle = summary["oracle"]
+    assert oracle["oracle_fraction_top1"] == pytest.approx(1.0) and oracle["pair_accuracy"] == pytest.approx(1.0)
+    assert oracle["ape_top1"] == pytest.approx(0.0)
+    assert info["headroom"]["test_oracle_over_baseline"] == pytest.approx(oracle["speedup_oracle"])
+    assert 0.0 < info["headroom"]["test_best_fixed_in_hindsight_over_oracle"] <= 1.0
+
+    # the split: validation and test come from the evaluation corpus, disjoint, all configs on test
+    val, test = info["validation_matrices"], info["test_matrices"]
+    assert len(val) == params.val_matrices and not set(val) & set(test)
+    assert len(val) + len(test) == int(params.eval_corpus.split(":")[1])
+    assert info["validation_samples"] == params.val_matrices * (params.val_configs + 1)
+    # target samples: fine-tune matrices x their configs + the shared validation samples
+    n_val = info["validation_samples"]
+    tl = {k: summary[f"tl{k}"]["target_samples"] - n_val for k in params.ks}
+    for k in params.ks:
+        assert k * params.pool_configs <= tl[k] <= k * (params.pool_configs + 1)
+        finetune = result["recipes"][f"tl{k}"]["0"]["finetune_matrices"]
+        assert len(finetune) == k and not set(finetune) & (set(val) | set(test))
+    assert summary["nt5"]["target_samples"] == summary["tl5"]["target_samples"]
+    assert summary["best_fixed"]["target_samples"] == tl[5]
+    for method in ("waco_fa", "waco_fm", "xgboost", "abl_random_mapping", "abl_source_1"):
+        assert summary[method]["target_samples"] == summary["tl5"]["target_samples"]
+    assert summary["zero_shot"]["target_samples"] == summary["random"]["target_samples"] == 0
+    assert set(result["recipes"]["tl3"]["0"]["finetune_matrices"]) < set(result["recipes"]["tl5"]["0"]
+                                                                        ["finetune_matrices"])
+    # validation picked each recipe: the kept one has the best validation pair accuracy of its grid
+    for method in ("tl5", "nt10", "waco_fm", "xgboost"):
+        recipe = result["recipes"][method]["0"]
+        assert recipe["val"]["pair_accuracy"] == max(r["val"]["pair_accuracy"] for r in recipe["grid"])
+
+    # the shipped TL5 model: package-style directory with a card; loads and scores like the reported TL5
+    from cognate_tvm.model.pretrained import load_pretrained
+    from cognate_tvm.space import create as create_space
+
+    assert "spmm-spade" in result["shipped"]["path"]
+    card = (root / "spmm-spade" / "MODEL_CARD.md").read_text()
+    assert "Rebuild: `python benchmarks/transfer.py" in card
+    assert all(name in card for name in result["shipped"]["finetune_matrices"])
+    model = load_pretrained("spmm", "spade", root=root)
+    data = bench.target_data("spmm", params, out / "data", progress=False)
+    assert [g.name for g in data.test] == test
+    metrics, _ = bench.evaluate_groups(model, data.test, create_space("spade", "spmm"), params.top_k)
+    tl5 = next(r for r in result["runs"] if r["method"] == "tl5" and r["seed"] == 0)
+    for key in ("oracle_fraction_top1", "pair_accuracy", "kendall_tau"):
+        assert metrics[key] == pytest.approx(tl5[key], abs=1e-9)
+
+    # the SPADE data is reused: nothing is simulated again
     from cognate_tvm.backends.spade import SpadeBackend
 
-    def refuse(*args, **kwargs):
-        pytest.fail("re-measured a matrix already in the dataset")
+    monkeypatch.setattr(SpadeBackend, "measure", lambda *a, **k: pytest.fail("re-simulated a stored matrix"))
+    again = bench.target_data("spmm", params, out / "data", progress=False)
+    assert [len(g.configs) for g in again.pool] == [len(g.configs) for g in data.pool]
+    assert all(np.array_equal(a.times_ms, b.times_ms) for a, b in zip(again.test, data.test))
 
-    monkeypatch.setattr(LLVMBackend, "measure", refuse)
-    monkeypatch.setattr(SpadeBackend, "measure", refuse)
-    assert bench.main(argv) == 0
-    assert {p: p.stat().st_mtime_ns for p in out.glob("*/*.parquet")} == parts
-    again = json.loads((out / "transfer.json").read_text())
-    # same data and seeds: the seeded, deterministic methods give the same numbers
-    for method in ("xgboost", "random"):
-        assert again["summary"][method]["oracle_fraction_topk"] == pytest.approx(
-            summary[method]["oracle_fraction_topk"])
+
+def test_sizes_are_consistent(monkeypatch):
+    bench = _load_benchmark(monkeypatch)
+    for name, params in bench.SIZES.items():
+        pool = int(params.pool_corpus.split(":")[1])
+        evaluation = int(params.eval_corpus.split(":")[1])
+        assert 5 in params.ks, name
+        assert max(*params.ks, *params.nt_sizes) <= pool, name
+        assert params.val_matrices < evaluation, name
+        assert len(params.seeds) >= (1 if name == "test" else 3), name
+    full = bench.SIZES["full"]
+    assert full.ks == (3, 5, 7) and full.nt_sizes == (5, 100, 1000) and full.eval_max_rows >= 1_000_000
+    params, _ = bench.parse_args(["--size", "full", "--pool-matrices", "300", "--eval-matrices", "30"])
+    assert params.nt_sizes == (5, 100, 300) and params.pool_corpus.startswith("synthetic:300:")
+    assert params.eval_corpus == "synthetic:30:1101"
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--cpu-data", "/nowhere"])  # needs --cpu-corpus too
