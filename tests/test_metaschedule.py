@@ -1,5 +1,8 @@
-"""The MetaSchedule adapter (CognateModel) and the CSR SpMM MetaSchedule workload."""
+"""The MetaSchedule adapter (CognateModel) and the sparse (SpMM, SDDMM) MetaSchedule workloads."""
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -8,20 +11,16 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from cognate_tvm import metaschedule as msc
-from cognate_tvm.errors import InvalidConfigError, ShapeError
+from cognate_tvm.backends.base import WRONG_OUTPUT
+from cognate_tvm.errors import InvalidConfigError, PretrainedNotFoundError, ShapeError, UnknownKindError
 from cognate_tvm.kernels.cpu import cpu_target
 from cognate_tvm.matrix import generate
 from cognate_tvm.model.cognate import CognateCostModel
-from cognate_tvm.model.config import ModelConfig
+from cognate_tvm.space import cpu as cpu_space
 from cognate_tvm.space.cpu import CPUSpace
+from tiny_models import ship, tiny_cpu_model
 
 FEAT = 32
-
-
-def _model():
-    """A small, fast-to-build COGNATE model (raw knobs: no autoencoder to train first)."""
-    config = ModelConfig(knob_encoder="pad").replace(**{"train.train_featurizer": False})
-    return CognateCostModel(config, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -30,34 +29,25 @@ def matrix():
 
 
 @pytest.fixture(scope="module")
-def space():
-    return CPUSpace("spmm")
-
-
-def _run(mod, matrix, dense):
-    """Build `mod` and run it on `matrix` @ `dense`; the output starts as NaN."""
-    lib = tvm.tirx.build(mod, target=cpu_target(1))
-    dev = tvm.cpu()
-    kernel = msc.kernel_csr(matrix)
-    args = [tvm.runtime.tensor(a, dev) for a in (kernel.indptr.astype(np.int32), kernel.indices.astype(np.int32),
-                                                 kernel.data.astype(np.float32), dense)]
-    out = tvm.runtime.tensor(np.full((matrix.shape[0], dense.shape[1]), np.nan, dtype=np.float32), dev)
-    lib["main"](*args, out)
-    return out.numpy()
+def shipped(tmp_path_factory):
+    return ship(tiny_cpu_model(), tmp_path_factory.mktemp("pretrained"))
 
 
 @pytest.fixture(scope="module")
 def context(matrix):
-    """A TuneContext to call the adapter through TVM (the first one costs ~10-25 s: TVM's start-up)."""
-    return ms.TuneContext(mod=msc.spmm_module(matrix, FEAT), target=cpu_target(1), task_name="spmm", num_threads=1)
+    """A TuneContext to call the adapter through TVM (the first one costs ~10 s: TVM parses its intrinsics)."""
+    return ms.TuneContext(mod=msc.sparse_module("spmm", matrix, FEAT), target=cpu_target(1), task_name="spmm",
+                          num_threads=1)
 
 
-def _candidates(matrix, seeds):
-    mod = msc.spmm_module(matrix, FEAT)
+def _candidates(op, matrix, picks):
+    """MeasureCandidates of (variant index, seed) pairs."""
+    mod = msc.sparse_module(op, matrix, FEAT)
+    variant_list = msc.variants(op, FEAT)
     out = []
-    for seed in seeds:
+    for index, seed in picks:
         sch = tvm.s_tir.Schedule(mod, seed=seed)
-        msc.schedule_spmm(sch, FEAT)
+        msc.schedule_variant(sch, index, variant_list[index], FEAT, 2)
         out.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"])))
     return out
 
@@ -70,63 +60,78 @@ def test_kernel_csr_keeps_product_and_fills_empty_rows(matrix):
     assert abs(kernel - matrix).max() == 0
 
 
-def test_knob_candidates_follow_width():
-    assert msc.knob_candidates(32) == {"i_tile": (1, 8, 64), "j_tile": (16, 32), "vector": (8, 16)}
-    with pytest.raises(ShapeError, match="12"):
-        msc.knob_candidates(12)
+def test_variants_follow_the_cpu_space(monkeypatch):
+    spmm = msc.variants("spmm", FEAT)
+    assert {v.inner for v in spmm} == set(msc.ORDERS["spmm"])
+    assert {v.vector for v in spmm} == set(cpu_space.VECTORS) | {1}
+    assert {(v.parallel, v.chunk) for v in spmm} == {(False, 0)} | {(True, c) for c in cpu_space.CHUNKS}
+    assert {v.unroll for v in spmm} == {False, True}
+    assert all(v.inner == msc.SPARSE_INNERMOST and v.vector == 1 for v in msc.variants("sddmm", FEAT))
+    for v in spmm:
+        assert all(FEAT % j == 0 and j % v.vector == 0 and (not v.unroll or j > v.vector)
+                   for j in msc.j_tiles(v, FEAT))
+    # the knob values come from space/cpu.py when the schedule is made: a changed space is followed
+    monkeypatch.setattr(cpu_space, "VECTORS", (8,))
+    assert {v.vector for v in msc.variants("spmm", FEAT)} == {8, 1}
+    with pytest.raises(ShapeError, match="dense width 3"):
+        msc.variants("spmm", 3)
 
 
-def test_scheduled_kernels_match_scipy_and_decode(matrix, space):
-    dense = np.random.default_rng(0).standard_normal((matrix.shape[1], FEAT)).astype(np.float32)
-    seen = set()
-    for cand in _candidates(matrix, range(1, 7)):
-        config = msc.config_from_trace(cand.sch.trace)
-        space.check(config)
-        assert config.dense_tile(FEAT) == config.j_tile
-        seen.add(config)
-        np.testing.assert_allclose(_run(cand.sch.mod, matrix, dense), matrix @ dense, rtol=1e-4, atol=1e-4)
-    assert len(seen) > 1
+def test_every_variant_computes_the_right_output_and_decodes(matrix):
+    """Each design space, with random I and J, matches scipy; its decoded config is in the CPU space."""
+    target = cpu_target(2)
+    for op in ("spmm", "sddmm"):
+        space = CPUSpace(op)
+        variant_list = msc.variants(op, FEAT)
+        picks = [(n, n + 1) for n in range(len(variant_list))]
+        seen = set()
+        for (index, _), cand in zip(picks, _candidates(op, matrix, picks)):
+            config = msc.config_from_knobs(msc.knobs_from_trace(cand.sch.trace), variant_list)
+            space.check(config)
+            v = variant_list[index]
+            assert (config.vector, config.unroll, config.parallel, config.chunk) == \
+                (v.vector, v.unroll, v.parallel, v.chunk)
+            assert config.dense_tile(FEAT) == config.j_tile and config.single_panel
+            seen.add(config)
+            assert msc.schedule_is_correct(op, cand.sch.mod, matrix, FEAT, target), (op, config)
+        assert len(seen) == len(variant_list)
 
 
-def test_adapter_predict_matches_wrapped_model(matrix, space, context):
-    model = _model()
-    adapter = msc.CognateModel(model=model, space=space, matrix=matrix, feat=FEAT)
-    cands = _candidates(matrix, range(1, 13))
+def test_space_coverage_is_counted():
+    cov = msc.space_coverage("spmm", 128)
+    assert 0 < cov["reached"] <= cov["plain_csr"] < cov["space"]
+    assert msc.space_coverage("sddmm", 128)["reached"] < cov["reached"]
+
+
+def test_adapter_with_no_arguments_loads_the_shipped_model(matrix, shipped, context):
+    adapter = msc.CognateModel(pretrained_root=shipped)
+    assert adapter.model is None  # nothing loaded before the workload is known
+    with pytest.raises(InvalidConfigError, match="set_workload"):
+        adapter.decode(_candidates("spmm", matrix, [(0, 1)]))
+    with pytest.raises(RuntimeError, match="set_workload"):  # the same error, through TVM's FFI
+        adapter.predict(context, _candidates("spmm", matrix, [(0, 1)]))
+    adapter.set_workload("spmm", matrix, FEAT)
+    reference = CognateCostModel.load(shipped / "spmm-cpu")
+    cands = _candidates("spmm", matrix, [(n, n + 1) for n in range(0, 39, 3)])
     scores = adapter.predict(context, cands)
-    assert scores.dtype == np.float64 and scores.shape == (len(cands),)
-    assert np.isfinite(scores).all()
-    configs = [msc.config_from_trace(c.sch.trace) for c in cands]
-    expected = model.predict(matrix, configs, space=space, feat=FEAT)
-    np.testing.assert_allclose(scores, -expected, rtol=1e-6)
-    # Higher adapter score = lower model score: the orders agree.
-    assert [configs[i] for i in np.argsort(-scores, kind="stable")] == model.rank(matrix, configs, space=space,
-                                                                                   feat=FEAT)
+    assert scores.dtype == np.float64 and scores.shape == (len(cands),) and np.isfinite(scores).all()
+    configs = adapter.decode(cands)
+    np.testing.assert_allclose(scores, -reference.predict(matrix, configs, space=CPUSpace("spmm"), feat=FEAT),
+                               rtol=1e-6)
+    with pytest.raises(PretrainedNotFoundError, match="shipped: none"):
+        msc.CognateModel(pretrained_root=shipped / "none").set_workload("spmm", matrix, FEAT)
 
 
-def test_adapter_rejects_foreign_traces_and_spaces(matrix, space):
-    from cognate_tvm.space.spade import SpadeSpace
-
-    with pytest.raises(InvalidConfigError):
-        msc.CognateModel(model=CognateCostModel(seed=0), space=SpadeSpace("spmm"), matrix=matrix, feat=FEAT)
-    sch = tvm.s_tir.Schedule(msc.spmm_module(matrix, FEAT), seed=1)
-    sch.sample_categorical(candidates=[1, 2], probs=[0.5, 0.5])
-    with pytest.raises(InvalidConfigError, match="SampleCategorical"):
-        msc.knobs_from_trace(sch.trace)
-
-
-def test_adapter_update_finetunes_and_saves(matrix, space, context, tmp_path):
-    model = _model()
-    adapter = msc.CognateModel(model=model, space=space, matrix=matrix, feat=FEAT, finetune_after=3,
-                               finetune_epochs=1)
-    cands = _candidates(matrix, range(1, 5))
+def test_adapter_update_finetunes_and_saves(matrix, shipped, context, tmp_path):
+    adapter = msc.CognateModel(pretrained_root=shipped, finetune_after=3, finetune_epochs=2, op="spmm",
+                               matrix=matrix, feat=FEAT)
+    cands = _candidates("spmm", matrix, [(0, 1), (5, 2), (20, 3), (30, 4)])
     before = adapter.predict(context, cands)
-    times = [[1e-3], [2e-3], [3e-3]]
-    results = [ms.runner.RunnerResult(run_secs=[tvm.tirx.FloatImm("float32", t[0])], error_msg=None)
-               for t in times] + [ms.runner.RunnerResult(run_secs=None, error_msg="boom")]
+    results = [ms.runner.RunnerResult(run_secs=[tvm.tirx.FloatImm("float32", t)], error_msg=None)
+               for t in (1e-3, 2e-3, 3e-3)] + [ms.runner.RunnerResult(run_secs=None, error_msg="boom")]
     adapter.update(context, cands, results)
     assert len(adapter.records) == 3  # the failed run is skipped
     assert adapter.records[0][1] == pytest.approx(1.0, rel=1e-5)
-    assert len({c for c, _ in adapter.records}) >= 2  # seeds 1-3 draw at least two configs
     assert adapter.finetunes == 1 and adapter.pending == 0
     after = adapter.predict(context, cands)
     assert not np.allclose(before, after)
@@ -135,17 +140,55 @@ def test_adapter_update_finetunes_and_saves(matrix, space, context, tmp_path):
     np.testing.assert_allclose(adapter.predict(context, cands), after, rtol=1e-5)
 
 
-def test_tune_tir_end_to_end(matrix, space, tmp_path):
-    model = _model()
-    adapter = msc.CognateModel(model=model, space=space, matrix=matrix, feat=FEAT, finetune_after=0)
-    result = msc.tune_spmm_metaschedule(matrix, FEAT, cost_model=adapter, max_trials=8, work_dir=tmp_path,
-                                        num_threads=1)
-    assert result.records >= 1
-    # The search went through the adapter: it scored candidates and was told the measurements.
-    assert adapter._scores and len(adapter.records) >= 1
+def test_adapter_rejects_foreign_traces(matrix):
+    sch = tvm.s_tir.Schedule(msc.sparse_module("spmm", matrix, FEAT), seed=1)
+    sch.sample_categorical(candidates=[1, 2], probs=[0.5, 0.5])
+    with pytest.raises(InvalidConfigError, match="SampleCategorical"):
+        msc.knobs_from_trace(sch.trace)
+    with pytest.raises(InvalidConfigError, match="variant 99"):
+        msc.config_from_knobs({"variant": 99, "i_tile": 1, "j_tile": 8}, msc.variants("spmm", FEAT))
+
+
+def test_tune_sparse_rejects_other_targets(matrix, tmp_path):
+    with pytest.raises(UnknownKindError, match="cuda"):
+        msc.tune_sparse("spmm", matrix, feat=FEAT, target="cuda", max_trials=8, work_dir=tmp_path)
+    with pytest.raises(ValueError, match="max_trials"):
+        msc.tune_sparse("spmm", matrix, feat=FEAT, max_trials=0, work_dir=tmp_path)
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_tune_sparse_end_to_end(op, matrix, shipped, tmp_path, monkeypatch):
+    """CognateModel() (the shipped model) drives a real search with real CSR inputs; the result is checked.
+
+    The fastest record is made to fail its output check: it is rejected and the next one returned.
+    """
+    checked = []
+    real_check = msc.schedule_is_correct
+
+    def first_is_wrong(*args, **kwargs):
+        checked.append(args[1])
+        return len(checked) > 1 and real_check(*args, **kwargs)
+
+    monkeypatch.setattr(msc, "schedule_is_correct", first_is_wrong)
+    adapter = msc.CognateModel(pretrained_root=shipped, finetune_after=8, finetune_epochs=2)
+    result = msc.tune_sparse(op, matrix, feat=FEAT, max_trials=8, cost_model=adapter, work_dir=tmp_path,
+                             num_threads=2)
+    assert result.records >= 2 and result.correct and len(checked) == 2
+    assert len(result.rejected) == 1 and result.rejected[0][1] == WRONG_OUTPUT
+    top = result.database.get_top_k(result.database.commit_workload(msc.sparse_module(op, matrix, FEAT)), 2)
+    assert float(top[1].run_secs[0]) * 1e3 == pytest.approx(result.time_ms, rel=1e-6)  # the second fastest
+    # the search went through the adapter: it scored candidates (its scores are dropped after a
+    # fine-tune) and was told the measurements
+    assert len(adapter.records) >= 1 and (adapter._scores or adapter.finetunes >= 1)
     assert result.config in {c for c, _ in adapter.records}
     assert np.isfinite(result.time_ms) and result.time_ms > 0
-    space.check(result.config)
-    assert result.config == msc.config_from_knobs(result.knobs)
-    dense = np.random.default_rng(3).standard_normal((matrix.shape[1], FEAT)).astype(np.float32)
-    np.testing.assert_allclose(_run(result.schedule.mod, matrix, dense), matrix @ dense, rtol=1e-4, atol=1e-4)
+    CPUSpace(op).check(result.config)
+    assert real_check(op, result.schedule.mod, matrix, FEAT, cpu_target(2), seed=5)
+    assert len(result.database.get_all_tuning_records()) == result.records
+
+
+def test_package_exports_cognate_model_without_importing_tvm():
+    code = ("import sys, cognate_tvm; assert 'tvm' not in sys.modules and 'torch' not in sys.modules; "
+            "from cognate_tvm import CognateModel; from cognate_tvm.metaschedule import CognateModel as M; "
+            "assert CognateModel is M")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -1,43 +1,56 @@
-"""COGNATE inside TVM MetaSchedule: a cost-model adapter and a sparse (CSR SpMM) workload.
+"""COGNATE inside TVM MetaSchedule: a cost-model adapter and sparse (CSR SpMM, SDDMM) workloads.
 
-`CognateModel` is a thin `PyCostModel` adapter: it decodes each MetaSchedule
-candidate's sampled knobs into a :class:`~cognate_tvm.space.cpu.CPUConfig`,
-asks the wrapped :class:`~cognate_tvm.model.cognate.CognateCostModel` for
-scores, and hands measured times back to the wrapped model's ``finetune``.
-Everything it knows about costs lives in ``model/``.
+>>> from cognate_tvm import CognateModel                                        # doctest: +SKIP
+>>> from cognate_tvm.metaschedule import tune_sparse                            # doctest: +SKIP
+>>> result = tune_sparse("spmm", A, feat=128, max_trials=16, work_dir="ms", cost_model=CognateModel())  # doctest: +SKIP
 
-The workload (:func:`spmm_prim_func`) is C = A @ B with A in CSR, written as
-TensorIR specialized to one matrix (M, K, nnz and the dense width N are
-constants, as ``ArgInfo.from_prim_func`` needs) with a "row" block per row and a
-reduction "update" block over the row's nonzeros and the dense columns.
-:func:`spmm_space` schedules it with one fixed instruction sequence whose
-factors come from three ``sample_categorical`` draws, in :data:`KNOB_ORDER`:
+`CognateModel` is a thin `PyCostModel` adapter: it decodes each candidate's
+trace into a :class:`~cognate_tvm.space.cpu.CPUConfig`, asks the wrapped
+:class:`~cognate_tvm.model.cognate.CognateCostModel` for scores, and hands the
+measured times back to its ``finetune``. With no arguments it loads the
+shipped CPU model of the workload's op (``load_pretrained(op, "cpu")``) when
+the workload becomes known (`tune_sparse` tells it; `set_workload` by hand).
 
-1. ``i_tile`` (I, from :data:`~cognate_tvm.space.cpu.I_TILES`): the row loop is
-   split into (i1, i0) with i0 of extent I; i1 runs in parallel.
-2. ``j_tile`` (J, the tiles of :data:`~cognate_tvm.space.cpu.J_TILES` that divide N):
-   the dense loop is split into (j1, j0) with j0 of extent J.
-3. ``vector`` (V, the widths of :data:`~cognate_tvm.space.cpu.VECTORS` that divide N):
-   j0 is split into (jo, jv) and jv is vectorized.
+The workloads are TensorIR specialized to one matrix (M, K, nnz and N are
+constants, as ``ArgInfo.from_prim_func`` needs), a "row" block per row and an
+"update" block over the row's nonzeros (k) and the dense columns (j):
 
-The loop nest is then (i1 parallel, i0, k0, j1, jo, jv): each nonzero of a row
-updates the row's whole output, one dense tile at a time. Its CPU-space config
-(:func:`config_from_knobs`) is therefore ``CPUConfig(i_tile=I, k_panel=0,
-j_tile=J, loop_order=("i1", "i0", "k1", "k0", "j1", "j0"), vector=V,
-unroll=False, parallel=True, chunk=0)`` — plain CSR, the space's nonzero-major
-order, no unrolling, contiguous parallel row tiles — which goes through the
-model's usual mapper (shared coordinates log2 I, log2 K = log2 cols, log2 J and
-the order; knobs log2 V, unroll, parallel, chunk). Because J divides N,
-``CPUConfig.dense_tile(N) == J``, so the model sees exactly the tile that runs.
+- SpMM: ``C[i, j] += vals[p] * B[indices[p], j]`` (j spatial, k a reduction);
+- SDDMM: ``O[p] += vals[p] * X[i, j] * Y[indices[p], j]`` (k spatial, j a reduction).
 
-Real CSR arrays must reach the runner (random index arrays read out of bounds):
-:func:`tune_spmm_metaschedule` writes them to an ``.npz`` file and the
-``LocalRunner``'s ``f_alloc_argument`` is :func:`alloc_csr_arguments` bound to
-that path (an importable module-level function, so the runner's worker
-process unpickles it by reference).
+The space (:func:`sparse_space`) is a list of design spaces, one per
+structural *variant* (:func:`variants`): loop order, vector width, unroll,
+parallel and chunk, which change the instruction sequence; inside each, two
+``sample_categorical`` draws give the row tile I (from
+:data:`~cognate_tvm.space.cpu.I_TILES`) and the dense tile J (from
+:data:`~cognate_tvm.space.cpu.J_TILES`, dividing N, a multiple of the vector
+width). A first single-valued draw records the variant's index in the trace.
+Every knob value is read from ``space/cpu.py`` at call time, so the schedule
+follows the CPU space when it changes. The schedule of a variant:
+
+1. split the row loop into (i1, i0) with i0 of extent I; with chunk c > 0
+   split i1 into (c1, w, c0) with w the target's cores and c0 of extent c,
+   move w outermost and run it in parallel (round-robin chunks of row tiles,
+   the CPU kernels' chunk); else run i1 in parallel (or not);
+2. split the dense loop into (j1, j0) with j0 of extent J, and reorder the
+   update's loops into the variant's order: (k0, j1, j0) nonzero-major,
+   (j1, k0, j0) dense-tile-major, or (j1, j0, k0) sparse-innermost;
+3. with a vector width V: split j0 into (jo, jv), vectorize jv, unroll jo if asked.
+
+The config of a candidate (:func:`config_from_knobs`) is the CPU space's
+plain-CSR config with those fields; `docs/metaschedule.md` says which share of
+the CPU space these variants reach and what differs from the CPU kernels
+(register accumulators; SDDMM's j loop is a reduction that TVM does not
+vectorize, so SDDMM reaches only the sparse-innermost order).
+
+Real CSR arrays reach the runner (random index arrays read out of bounds):
+`tune_sparse` writes them to an ``.npz`` file and the ``LocalRunner``'s
+``f_alloc_argument`` is :func:`alloc_sparse_arguments` bound to that path.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -51,132 +64,107 @@ import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
+from .backends.base import WRONG_OUTPUT, check_output
 from .data import Group
-from .errors import InvalidConfigError, ShapeError
-from .space.base import Space
-from .space.cpu import CPUConfig, I_TILES, J_TILES, PANEL_ORDERS, VECTORS
+from .errors import InvalidConfigError, ShapeError, UnknownKindError
+from .ops import Op, get_op
+from .space import cpu as cpu_space
+from .space.cpu import CPUConfig, CPUSpace
 
 log = logging.getLogger(__name__)
 
 # The sampled knobs, in the order the space draws them (and the trace records them).
-KNOB_ORDER: tuple[str, ...] = ("i_tile", "j_tile", "vector")
-# The loop order of the scheduled nest (plain CSR: k1 has one iteration).
-NEST_ORDER: tuple[str, ...] = PANEL_ORDERS[6]
+KNOB_ORDER: tuple[str, ...] = ("variant", "i_tile", "j_tile")
 ROW_BLOCK = "row"
+VARIANT_ANNOTATION = "cognate_variant"
 UPDATE_BLOCK = "update"
-SEED_B = 7  # seed of the dense operand B fed to the runner
+SEED_DENSE = 7  # seed of the dense operands fed to the runner
+BUILD_TIMEOUT_S = 180  # per batch of builds; the default 30 s is too short on a loaded 2-core machine
+# The update block's loop orders that schedule primitives reach, as the CPU space names them (k1 has one
+# iteration in plain CSR): what follows i1, i0.
+NONZERO_MAJOR = ("k0", "j1", "j0")
+TILE_MAJOR = ("j1", "k0", "j0")
+SPARSE_INNERMOST = ("j1", "j0", "k0")
+# SDDMM's dense loop is a reduction: TVM vectorizes no reduction loop, and rfactor cannot follow the
+# data-dependent nonzero index, so only the scalar order maps onto a CPU-space config.
+ORDERS = {"spmm": (NONZERO_MAJOR, TILE_MAJOR, SPARSE_INNERMOST), "sddmm": (SPARSE_INNERMOST,)}
 
 
-# -- the workload ---------------------------------------------------------------------
+# -- variants and knobs ------------------------------------------------------------------
 
-def knob_candidates(feat: int) -> dict[str, tuple[int, ...]]:
-    """The values each knob may take for dense width `feat` (J and V must divide it)."""
+@dataclass(frozen=True)
+class Variant:
+    """The structural part of a schedule: what a Python branch (not a sampled value) decides."""
+
+    inner: tuple[str, ...]  # loops after (i1, i0), one of ORDERS
+    vector: int             # 1: no vectorized loop
+    unroll: bool
+    parallel: bool
+    chunk: int
+
+    def loop_order(self) -> tuple[str, ...]:
+        """The CPU space's plain-CSR loop order of this nest (k1 placed as the space's CSR orders do)."""
+        want = ("i1", "i0") + self.inner
+        for order in cpu_space.CSR_ORDERS:
+            if tuple(name for name in order if name != "k1") == want:
+                return tuple(order)
+        raise InvalidConfigError(f"the CPU space has no plain-CSR loop order {want}")
+
+
+def _baseline() -> CPUConfig:
+    base = CPUSpace("spmm").baseline()
+    if not base.single_panel:
+        raise InvalidConfigError(f"the CPU baseline {base.to_json()} is not plain CSR; the MetaSchedule "
+                                 f"workloads are")
+    return base
+
+
+def j_tiles(variant: Variant, feat: int) -> tuple[int, ...]:
+    """Dense tiles J of `variant` for width `feat`: divide it, and are multiples of (unroll: above) V."""
+    lanes = max(1, variant.vector)
+    return tuple(j for j in cpu_space.J_TILES if feat % j == 0 and j % lanes == 0 and j >= lanes
+                 and (not variant.unroll or j > lanes))
+
+
+def variants(op: str | Op, feat: int) -> list[Variant]:
+    """The structural variants of `op`'s schedule for dense width `feat` (each valid in the CPU space)."""
+    op = get_op(op)
     feat = int(feat)
-    vectors = tuple(v for v in VECTORS if feat % v == 0)
-    tiles = tuple(j for j in J_TILES if feat % j == 0)
-    if not vectors or not tiles:
-        raise ShapeError(f"dense width {feat} must be a multiple of one of the vector widths {VECTORS} "
-                         f"and one of the dense tiles {J_TILES}")
-    return {"i_tile": tuple(I_TILES), "j_tile": tiles, "vector": vectors}
+    out = []
+    parallel_modes = [(False, 0)] + [(True, c) for c in cpu_space.CHUNKS]
+    for inner in ORDERS[op.name]:
+        vectorized = inner[-1] == "j0"
+        knobs = [(v, u) for v in cpu_space.VECTORS for u in (False, True)] if vectorized else [(1, False)]
+        for (vector, unroll), (parallel, chunk) in ((k, p) for k in knobs for p in parallel_modes):
+            variant = Variant(inner, vector, unroll, parallel, chunk)
+            try:
+                variant.loop_order()
+            except InvalidConfigError:
+                continue
+            if j_tiles(variant, feat) and _valid(config_from_knobs(
+                    {"variant": 0, "i_tile": cpu_space.I_TILES[0], "j_tile": j_tiles(variant, feat)[-1]},
+                    [variant])):
+                out.append(variant)
+    if not out:
+        raise ShapeError(f"dense width {feat} admits no {op.name} schedule: it must be a multiple of one of "
+                         f"the dense tiles {cpu_space.J_TILES}")
+    return out
 
 
-def kernel_csr(matrix: sp.csr_matrix) -> sp.csr_matrix:
-    """`matrix` with an explicit zero (column 0) in each row that has no nonzero.
-
-    The update block's init (which zeroes an output row) runs at a row's first
-    nonzero, so a row without any would never be written; the stored zero makes
-    the kernel write it without changing the product. A matrix with no empty
-    row is returned as canonical CSR unchanged.
-    """
-    matrix = sp.csr_matrix(matrix, dtype=np.float32)
-    lengths = np.diff(matrix.indptr)
-    empty = np.flatnonzero(lengths == 0)
-    if empty.size == 0:
-        return matrix
-    rows = np.concatenate([np.repeat(np.arange(matrix.shape[0]), lengths), empty])
-    cols = np.concatenate([matrix.indices, np.zeros(empty.size, dtype=matrix.indices.dtype)])
-    vals = np.concatenate([matrix.data, np.zeros(empty.size, dtype=np.float32)])
-    order = np.lexsort((cols, rows))
-    indptr = np.concatenate([[0], np.cumsum(np.maximum(lengths, 1))])
-    # Built from arrays (not COO) so the explicit zeros are kept.
-    return sp.csr_matrix((vals[order], cols[order], indptr), shape=matrix.shape)
+def _valid(config: CPUConfig) -> bool:
+    return CPUSpace("spmm").is_valid(config)
 
 
-def spmm_prim_func(matrix: sp.csr_matrix, feat: int):
-    """TensorIR CSR SpMM ``C[M, feat] = A @ B`` specialized to `matrix`'s shapes.
+def config_from_knobs(knobs: dict[str, int], variant_list: Sequence[Variant]) -> CPUConfig:
+    """The CPU-space config of a scheduled nest: the plain-CSR baseline with the variant's and the knobs' fields."""
+    index = int(knobs["variant"])
+    if not 0 <= index < len(variant_list):
+        raise InvalidConfigError(f"variant {index} out of range (the space has {len(variant_list)})")
+    v = variant_list[index]
+    return dataclasses.replace(_baseline(), i_tile=int(knobs["i_tile"]), j_tile=int(knobs["j_tile"]),
+                               loop_order=v.loop_order(), vector=v.vector, unroll=v.unroll, parallel=v.parallel,
+                               chunk=v.chunk)
 
-    The kernel reads ``kernel_csr(matrix)`` (nnz counts its padding zeros).
-    Arguments in order: ``indptr`` (int32 [M + 1]), ``indices`` (int32 [nnz]),
-    ``vals`` (float32 [nnz]), ``B`` (float32 [K, feat]), ``C`` (float32 [M, feat]).
-    """
-    matrix = kernel_csr(matrix)
-    rows, cols = matrix.shape
-    nnz, feat = int(matrix.nnz), int(feat)
-    if feat < 1 or nnz < 1:
-        raise ShapeError(f"SpMM workload needs nnz >= 1 and feat >= 1, got nnz={nnz}, feat={feat}")
-    source = f'''
-@T.prim_func(s_tir=True)
-def main(indptr_h: T.handle, indices_h: T.handle, vals_h: T.handle, b_h: T.handle, c_h: T.handle):
-    T.func_attr({{"global_symbol": "main", "tirx.noalias": True}})
-    indptr = T.match_buffer(indptr_h, ({rows + 1},), "int32")
-    indices = T.match_buffer(indices_h, ({nnz},), "int32")
-    vals = T.match_buffer(vals_h, ({nnz},), "float32")
-    B = T.match_buffer(b_h, ({cols}, {feat}), "float32")
-    C = T.match_buffer(c_h, ({rows}, {feat}), "float32")
-    for i in T.serial({rows}):
-        with T.sblock("{ROW_BLOCK}"):
-            vi = T.axis.spatial({rows}, i)
-            T.reads(indptr[vi:vi + 2], indices[0:{nnz}], vals[0:{nnz}], B[0:{cols}, 0:{feat}])
-            T.writes(C[vi, 0:{feat}])
-            for k, j in T.grid(indptr[vi + 1] - indptr[vi], {feat}):
-                with T.sblock("{UPDATE_BLOCK}"):
-                    vk = T.axis.reduce(indptr[vi + 1] - indptr[vi], k)
-                    vj = T.axis.spatial({feat}, j)
-                    T.reads(indptr[vi], indices[indptr[vi] + vk], vals[indptr[vi] + vk],
-                            B[indices[indptr[vi] + vk], vj])
-                    T.writes(C[vi, vj])
-                    with T.init():
-                        C[vi, vj] = T.float32(0)
-                    C[vi, vj] = C[vi, vj] + vals[indptr[vi] + vk] * B[indices[indptr[vi] + vk], vj]
-'''
-    return tvm.script.from_source(source)
-
-
-def spmm_module(matrix: sp.csr_matrix, feat: int) -> tvm.IRModule:
-    """The workload as an IRModule (pass the same module to tuning and to the database)."""
-    return tvm.IRModule({"main": spmm_prim_func(matrix, feat)})
-
-
-def schedule_spmm(sch, feat: int) -> None:
-    """Apply the sampled schedule to `sch` (one fixed instruction sequence; see module docstring)."""
-    candidates = knob_candidates(feat)
-    draws = {}
-    for name in KNOB_ORDER:
-        values = candidates[name]
-        draws[name] = sch.sample_categorical(candidates=list(values), probs=[1.0 / len(values)] * len(values))
-    row = sch.get_sblock(ROW_BLOCK)
-    (i,) = sch.get_loops(row)
-    i1, _ = sch.split(i, factors=[None, draws["i_tile"]])
-    sch.parallel(i1)
-    update = sch.get_sblock(UPDATE_BLOCK)
-    j = sch.get_loops(update)[-1]
-    _, j0 = sch.split(j, factors=[None, draws["j_tile"]])
-    _, jv = sch.split(j0, factors=[None, draws["vector"]])
-    sch.vectorize(jv)
-
-
-def spmm_space(feat: int) -> ms.space_generator.ScheduleFn:
-    """ScheduleFn space generator of the workload, without postprocessors.
-
-    The default postprocessors include ``DisallowDynamicLoop``, which rejects
-    every schedule of a CSR loop; none is needed here.
-    """
-    knob_candidates(feat)  # fail early on an unusable width
-    return ms.space_generator.ScheduleFn(functools.partial(schedule_spmm, feat=int(feat)),
-                                         sch_rules=[], postprocs=[], mutator_probs={})
-
-
-# -- decoding traces ------------------------------------------------------------------
 
 def knobs_from_trace(trace) -> dict[str, int]:
     """The sampled knob values of a schedule trace, named by :data:`KNOB_ORDER`."""
@@ -188,14 +176,154 @@ def knobs_from_trace(trace) -> dict[str, int]:
     return dict(zip(KNOB_ORDER, values))
 
 
-def config_from_knobs(knobs: dict[str, int]) -> CPUConfig:
-    """The CPU-space config of the scheduled nest (mapping in the module docstring)."""
-    return CPUConfig(i_tile=int(knobs["i_tile"]), k_panel=0, j_tile=int(knobs["j_tile"]), loop_order=NEST_ORDER,
-                     vector=int(knobs["vector"]), unroll=False, parallel=True, chunk=0)
+# -- the workloads ---------------------------------------------------------------------------
+
+def kernel_csr(matrix: sp.csr_matrix) -> sp.csr_matrix:
+    """`matrix` with an explicit zero (column 0) in each row that has no nonzero.
+
+    SpMM's init (which zeroes an output row) runs at a row's first nonzero, so a
+    row without any would never be written; the stored zero makes the kernel
+    write it without changing the product. Canonical CSR otherwise.
+    """
+    matrix = sp.csr_matrix(matrix, dtype=np.float32)
+    lengths = np.diff(matrix.indptr)
+    empty = np.flatnonzero(lengths == 0)
+    if empty.size == 0:
+        return matrix
+    rows = np.concatenate([np.repeat(np.arange(matrix.shape[0]), lengths), empty])
+    cols = np.concatenate([matrix.indices, np.zeros(empty.size, dtype=matrix.indices.dtype)])
+    vals = np.concatenate([matrix.data, np.zeros(empty.size, dtype=np.float32)])
+    order = np.lexsort((cols, rows))
+    indptr = np.concatenate([[0], np.cumsum(np.maximum(lengths, 1))])
+    return sp.csr_matrix((vals[order], cols[order], indptr), shape=matrix.shape)  # arrays keep explicit zeros
 
 
-def config_from_trace(trace) -> CPUConfig:
-    return config_from_knobs(knobs_from_trace(trace))
+def workload_csr(op: str | Op, matrix: sp.csr_matrix) -> sp.csr_matrix:
+    """The CSR arrays the workload of `op` reads (SpMM: `kernel_csr`; SDDMM: canonical, outputs per nonzero)."""
+    return kernel_csr(matrix) if get_op(op).name == "spmm" else sp.csr_matrix(matrix, dtype=np.float32)
+
+
+_SPMM_BODY = '''
+    B = T.match_buffer(b_h, ({cols}, {feat}), "float32")
+    C = T.match_buffer(c_h, ({rows}, {feat}), "float32")
+    for i in T.serial({rows}):
+        with T.sblock("{row}"):
+            vi = T.axis.spatial({rows}, i)
+            T.reads(indptr[vi:vi + 2], indices[0:{nnz}], vals[0:{nnz}], B[0:{cols}, 0:{feat}])
+            T.writes(C[vi, 0:{feat}])
+            for k, j in T.grid(indptr[vi + 1] - indptr[vi], {feat}):
+                with T.sblock("{update}"):
+                    vk = T.axis.reduce(indptr[vi + 1] - indptr[vi], k)
+                    vj = T.axis.spatial({feat}, j)
+                    T.reads(indptr[vi], indices[indptr[vi] + vk], vals[indptr[vi] + vk],
+                            B[indices[indptr[vi] + vk], vj])
+                    T.writes(C[vi, vj])
+                    with T.init():
+                        C[vi, vj] = T.float32(0)
+                    C[vi, vj] = C[vi, vj] + vals[indptr[vi] + vk] * B[indices[indptr[vi] + vk], vj]
+'''
+
+_SDDMM_BODY = '''
+    X = T.match_buffer(x_h, ({rows}, {feat}), "float32")
+    Y = T.match_buffer(y_h, ({cols}, {feat}), "float32")
+    O = T.match_buffer(o_h, ({nnz},), "float32")
+    for i in T.serial({rows}):
+        with T.sblock("{row}"):
+            vi = T.axis.spatial({rows}, i)
+            T.reads(indptr[vi:vi + 2], indices[0:{nnz}], vals[0:{nnz}], X[vi, 0:{feat}], Y[0:{cols}, 0:{feat}])
+            T.writes(O[indptr[vi]:indptr[vi + 1]])
+            for k, j in T.grid(indptr[vi + 1] - indptr[vi], {feat}):
+                with T.sblock("{update}"):
+                    vk = T.axis.spatial(indptr[vi + 1] - indptr[vi], k)
+                    vj = T.axis.reduce({feat}, j)
+                    T.reads(indptr[vi], indices[indptr[vi] + vk], vals[indptr[vi] + vk], X[vi, vj],
+                            Y[indices[indptr[vi] + vk], vj])
+                    T.writes(O[indptr[vi] + vk])
+                    with T.init():
+                        O[indptr[vi] + vk] = T.float32(0)
+                    O[indptr[vi] + vk] = O[indptr[vi] + vk] + vals[indptr[vi] + vk] * X[vi, vj] * \\
+                        Y[indices[indptr[vi] + vk], vj]
+'''
+
+
+def sparse_prim_func(op: str | Op, matrix: sp.csr_matrix, feat: int):
+    """TensorIR of `op` specialized to `matrix`'s shapes (arguments: indptr, indices, vals, dense..., out).
+
+    The kernel reads ``workload_csr(op, matrix)`` (nnz counts SpMM's padding zeros).
+    """
+    op = get_op(op)
+    matrix = workload_csr(op, matrix)
+    rows, cols = matrix.shape
+    nnz, feat = int(matrix.nnz), int(feat)
+    if feat < 1 or nnz < 1:
+        raise ShapeError(f"{op.name} workload needs nnz >= 1 and feat >= 1, got nnz={nnz}, feat={feat}")
+    dense = ("b_h", "c_h") if op.name == "spmm" else ("x_h", "y_h", "o_h")
+    body = (_SPMM_BODY if op.name == "spmm" else _SDDMM_BODY).format(
+        rows=rows, cols=cols, nnz=nnz, feat=feat, row=ROW_BLOCK, update=UPDATE_BLOCK)
+    source = (f"@T.prim_func(s_tir=True)\n"
+              f"def main(indptr_h: T.handle, indices_h: T.handle, vals_h: T.handle, "
+              f"{', '.join(f'{d}: T.handle' for d in dense)}):\n"
+              f'    T.func_attr({{"global_symbol": "main", "tirx.noalias": True}})\n'
+              f'    indptr = T.match_buffer(indptr_h, ({rows + 1},), "int32")\n'
+              f'    indices = T.match_buffer(indices_h, ({nnz},), "int32")\n'
+              f'    vals = T.match_buffer(vals_h, ({nnz},), "float32")' + body)
+    return tvm.script.from_source(source)
+
+
+def sparse_module(op: str | Op, matrix: sp.csr_matrix, feat: int) -> tvm.IRModule:
+    """The workload as an IRModule (pass the same module to tuning and to the database)."""
+    return tvm.IRModule({"main": sparse_prim_func(op, matrix, feat)})
+
+
+def schedule_variant(sch, index: int, variant: Variant, feat: int, workers: int) -> None:
+    """Apply `variant` (number `index` of the space) to `sch`, drawing I and J (see the module docstring)."""
+    i_tiles, tiles = tuple(cpu_space.I_TILES), j_tiles(variant, feat)
+    variant_rv = sch.sample_categorical(candidates=[int(index)], probs=[1.0])
+    # Used by an annotation, so trace simplification keeps the draw that names the variant.
+    sch.annotate(sch.get_sblock(ROW_BLOCK), VARIANT_ANNOTATION, variant_rv)
+    i_tile = sch.sample_categorical(candidates=list(i_tiles), probs=[1.0 / len(i_tiles)] * len(i_tiles))
+    j_tile = sch.sample_categorical(candidates=list(tiles), probs=[1.0 / len(tiles)] * len(tiles))
+    (i,) = sch.get_loops(sch.get_sblock(ROW_BLOCK))
+    i1, _ = sch.split(i, factors=[None, i_tile])
+    if variant.parallel and variant.chunk:
+        c1, w, _ = sch.split(i1, factors=[None, int(workers), int(variant.chunk)])
+        sch.reorder(w, c1)
+        sch.parallel(w)
+    elif variant.parallel:
+        sch.parallel(i1)
+    update = sch.get_sblock(UPDATE_BLOCK)
+    k, j = sch.get_loops(update)[-2:]
+    j1, j0 = sch.split(j, factors=[None, j_tile])
+    loops = {"k0": k, "j1": j1, "j0": j0}
+    if variant.inner != NONZERO_MAJOR:
+        sch.reorder(*(loops[name] for name in variant.inner))
+    if variant.vector > 1:
+        jo, jv = sch.split(j0, factors=[None, int(variant.vector)])
+        sch.vectorize(jv)
+        if variant.unroll:
+            sch.unroll(jo)
+
+
+def _schedule_all(sch, *, op: str, feat: int, workers: int) -> list:
+    out = []
+    for index, variant in enumerate(variants(op, feat)):
+        copy = sch.copy()
+        schedule_variant(copy, index, variant, feat, workers)
+        out.append(copy)
+    return out
+
+
+def sparse_space(op: str | Op, feat: int, workers: int) -> ms.space_generator.ScheduleFn:
+    """ScheduleFn space of the workload: one design space per variant, no postprocessors.
+
+    The default postprocessors include ``DisallowDynamicLoop``, which rejects
+    every schedule of a CSR loop; none is needed here.
+    """
+    op = get_op(op)
+    variants(op, feat)  # fail early on an unusable width
+    return ms.space_generator.ScheduleFn(
+        functools.partial(_schedule_all, op=op.name, feat=int(feat), workers=int(workers)),
+        sch_rules=[], postprocs=[], mutator_probs={})
 
 
 # -- the cost model adapter --------------------------------------------------------------
@@ -206,39 +334,61 @@ class CognateModel(ms.cost_model.PyCostModel):
 
     Parameters
     ----------
-    model : CognateCostModel
-        The wrapped model (or any object with its predict, finetune, save and
-        classmethod load).
-    space : Space
-        The CPU space the decoded configs belong to (its `check` validates them).
-    matrix : scipy.sparse.csr_matrix
-        The sparse operand being tuned.
-    feat : int
-        Dense width N.
-    finetune_after : int
-        Fine-tune once this many new successful measurements have arrived;
-        0 disables fine-tuning.
-    finetune_epochs : int or None
-        Epochs of each fine-tune (default: the model's own setting).
+    model : CognateCostModel or None
+        The wrapped model; None loads the shipped CPU model of the workload's op
+        (``load_pretrained(op, "cpu", root=pretrained_root)``) once the workload is known.
+    pretrained_root : directory of shipped models (default: the package's).
+    finetune_after : fine-tune once this many new successful measurements have
+        arrived (0 disables fine-tuning).
+    finetune_epochs : epochs of each fine-tune (default: the model's own setting).
+    op, matrix, feat : the workload, when known up front (else `set_workload`,
+        which `tune_sparse` calls).
     """
 
-    def __init__(self, *, model, space: Space, matrix: sp.csr_matrix, feat: int, finetune_after: int = 8,
-                 finetune_epochs: int | None = None):
-        if space.config_type is not CPUConfig:
-            raise InvalidConfigError(f"CognateModel decodes CPU configs; {space!r} holds "
-                                     f"{space.config_type.__name__}")
+    def __init__(self, model=None, *, pretrained_root: str | os.PathLike | None = None, finetune_after: int = 8,
+                 finetune_epochs: int | None = None, op: str | Op | None = None,
+                 matrix: sp.csr_matrix | None = None, feat: int | None = None):
         if finetune_after < 0:
             raise ValueError(f"finetune_after must be >= 0, got {finetune_after}")
-        self.model, self.space, self.matrix, self.feat = model, space, matrix, int(feat)
+        self.model = model
+        self.pretrained_root = pretrained_root
         self.finetune_after = int(finetune_after)
         self.finetune_epochs = finetune_epochs
+        self.op: Op | None = None
+        self.matrix: sp.csr_matrix | None = None
+        self.feat: int | None = None
+        self.space: CPUSpace | None = None
+        self._variants: list[Variant] = []
         self.records: list[tuple[CPUConfig, float]] = []  # (config, time in ms)
         self.pending = 0
         self.finetunes = 0
         self._scores: dict[CPUConfig, float] = {}
+        if op is not None or matrix is not None or feat is not None:
+            if op is None or matrix is None or feat is None:
+                raise ValueError("give op, matrix and feat together (or none, and call set_workload later)")
+            self.set_workload(op, matrix, feat)
+
+    def set_workload(self, op: str | Op, matrix: sp.csr_matrix, feat: int) -> "CognateModel":
+        """The sparse workload being tuned (op, its matrix, the dense width); loads the shipped model if needed."""
+        self.op, self.matrix, self.feat = get_op(op), sp.csr_matrix(matrix), int(feat)
+        self.space = CPUSpace(self.op)
+        self._variants = variants(self.op, self.feat)
+        self._scores.clear()
+        if self.model is None:
+            from .model.pretrained import load_pretrained
+
+            self.model = load_pretrained(self.op.name, "cpu", root=self.pretrained_root)
+            log.info("CognateModel: loaded the shipped %s CPU model", self.op.name)
+        return self
+
+    def _need_workload(self) -> None:
+        if self.matrix is None:
+            raise InvalidConfigError("CognateModel does not know the workload's matrix: tune with "
+                                     "cognate_tvm.metaschedule.tune_sparse, or call set_workload(op, matrix, feat)")
 
     def decode(self, candidates: Sequence) -> list[CPUConfig]:
-        configs = [config_from_trace(c.sch.trace) for c in candidates]
+        self._need_workload()
+        configs = [config_from_knobs(knobs_from_trace(c.sch.trace), self._variants) for c in candidates]
         for config in configs:
             self.space.check(config)
         return configs
@@ -284,37 +434,56 @@ class CognateModel(ms.cost_model.PyCostModel):
         self._scores.clear()
 
     def save(self, path: str) -> None:
+        if self.model is None:
+            raise InvalidConfigError("CognateModel has no model to save yet (its workload is not known)")
         self.model.save(path)
 
     def load(self, path: str) -> None:
-        self.model = type(self.model).load(path)
+        from .model.cognate import CognateCostModel
+
+        self.model = (type(self.model) if self.model is not None else CognateCostModel).load(path)
         self._scores.clear()
 
 
 # -- tuning ------------------------------------------------------------------------------
 
-def save_csr_arguments(matrix: sp.csr_matrix, feat: int, path: str | os.PathLike, *, seed: int = SEED_B) -> Path:
-    """Write the CSR arrays and a seeded dense B (K x feat) for :func:`alloc_csr_arguments`."""
+def save_sparse_arguments(op: str | Op, matrix: sp.csr_matrix, feat: int, path: str | os.PathLike, *,
+                          seed: int = SEED_DENSE) -> Path:
+    """Write the workload's input arrays (CSR and seeded dense operands) for :func:`alloc_sparse_arguments`."""
+    op = get_op(op)
     path = Path(path)
-    matrix = kernel_csr(matrix)
-    rng = np.random.default_rng(seed)
-    np.savez(path, indptr=matrix.indptr.astype(np.int32), indices=matrix.indices.astype(np.int32),
-             vals=matrix.data.astype(np.float32),
-             b=rng.standard_normal((matrix.shape[1], int(feat))).astype(np.float32))
+    np.savez(path, *_host_inputs(op, matrix, feat, seed))
     return path
 
 
-def alloc_csr_arguments(device, args_info, alloc_repeat: int, *, path: str) -> list[list]:
-    """LocalRunner ``f_alloc_argument``: the workload's arguments from the `.npz` at `path`."""
+def _host_inputs(op: Op, matrix: sp.csr_matrix, feat: int, seed: int) -> list[np.ndarray]:
+    csr = workload_csr(op, matrix)
+    dense = op.make_dense_inputs(sp.csr_matrix(matrix), int(feat), seed=seed)
+    return [csr.indptr.astype(np.int32), csr.indices.astype(np.int32), csr.data.astype(np.float32)] + dense
+
+
+def alloc_sparse_arguments(device, args_info, alloc_repeat: int, *, path: str) -> list[list]:
+    """LocalRunner ``f_alloc_argument``: the workload's inputs from the `.npz` at `path`, output last."""
     arrays = np.load(path)
+    host = [arrays[f"arr_{n}"] for n in range(len(arrays.files))]
     shapes = [tuple(int(d) for d in info[2]) for info in args_info]
-    out_shape = shapes[-1]
-    host = [arrays["indptr"], arrays["indices"], arrays["vals"], arrays["b"]]
+    if len(shapes) != len(host) + 1:
+        raise ShapeError(f"{path}: {len(host)} input arrays where the kernel takes {len(shapes) - 1}")
     for array, shape in zip(host, shapes):
         if array.shape != shape:
             raise ShapeError(f"{path}: array of shape {array.shape} where the kernel takes {shape}")
-    return [[tvm.runtime.tensor(a, device) for a in host] + [tvm.runtime.empty(out_shape, "float32", device)]
+    return [[tvm.runtime.tensor(a, device) for a in host] + [tvm.runtime.empty(shapes[-1], "float32", device)]
             for _ in range(alloc_repeat)]
+
+
+def build_kernel(mod, target, _params=None):
+    """LocalBuilder ``f_build``: plain ``tvm.tirx.build``.
+
+    MetaSchedule's default build first imports ``tvm.s_tir.tensor_intrin`` in
+    every builder process (10 s on an idle machine, minutes on a loaded one);
+    these kernels use no tensor intrinsics.
+    """
+    return tvm.tirx.build(mod, target=target)
 
 
 def _set_num_threads(num_threads: int) -> None:
@@ -322,61 +491,151 @@ def _set_num_threads(num_threads: int) -> None:
     os.environ["TVM_NUM_THREADS"] = str(int(num_threads))
 
 
+def run_schedule(op: str | Op, mod, matrix: sp.csr_matrix, feat: int, target, *, seed: int = 11) -> np.ndarray:
+    """Build the scheduled `mod` and run it once on `matrix` with seeded dense operands; returns the output."""
+    op = get_op(op)
+    lib = tvm.tirx.build(mod, target=target)
+    dev = tvm.cpu()
+    inputs = _host_inputs(op, matrix, feat, seed)
+    out_shape = (matrix.shape[0], int(feat)) if op.name == "spmm" else (int(workload_csr(op, matrix).nnz),)
+    args = [tvm.runtime.tensor(a, dev) for a in inputs]
+    out = tvm.runtime.tensor(np.full(out_shape, np.nan, dtype=np.float32), dev)
+    lib["main"](*args, out)
+    return out.numpy()
+
+
+def schedule_is_correct(op: str | Op, mod, matrix: sp.csr_matrix, feat: int, target, *, seed: int = 11) -> bool:
+    """True when the scheduled `mod`'s output matches scipy's on `matrix`."""
+    op = get_op(op)
+    matrix = sp.csr_matrix(matrix, dtype=np.float32)
+    output = run_schedule(op, mod, matrix, feat, target, seed=seed)
+    return check_output(op, matrix, op.make_dense_inputs(matrix, int(feat), seed=seed), output)
+
+
+@contextlib.contextmanager
+def _named_log_handlers():
+    """Detach unnamed handlers from MetaSchedule's logger while `tune_tir` runs.
+
+    ``tune_tir`` rebuilds its logging config from the names of the handlers
+    already on its logger, and fails (``'NoneType' object has no attribute
+    'format'``) on one without a name, e.g. one a test harness attached; so a
+    second tuning in one process would fail. They are re-attached afterwards.
+    """
+    logger = logging.getLogger(ms.logging.__name__.rsplit(".", 1)[0])
+    unnamed = [h for h in logger.handlers if h.get_name() is None]
+    for handler in unnamed:
+        logger.removeHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in unnamed:
+            logger.addHandler(handler)
+
+
 @dataclass
 class MetaScheduleResult:
-    """The best record of a tuning run."""
+    """The best correct record of a tuning run."""
 
     config: CPUConfig
     time_ms: float
     knobs: dict[str, int]
-    schedule: object   # s_tir.Schedule with the best trace applied
-    records: int       # how many records the database holds for the workload
+    schedule: object    # s_tir.Schedule with the best trace applied
+    records: int        # how many records the database holds
+    database: object    # the MetaSchedule Database
+    correct: bool       # the schedule's output was checked against scipy (always True when returned)
+    rejected: list[tuple[CPUConfig, str]]  # faster records whose output was wrong, with the reason
 
 
-def tune_spmm_metaschedule(matrix: sp.csr_matrix, feat: int, *, cost_model, max_trials: int,
-                           work_dir: str | os.PathLike, num_threads: int, seed: int = 1,
-                           mcpu: str | None = None) -> MetaScheduleResult:
-    """Tune the CSR SpMM workload of `matrix` with MetaSchedule; return its best record.
+def _target(target, num_threads: int, mcpu: str | None):
+    from .kernels.cpu import cpu_target
+
+    if isinstance(target, str):
+        if target != "llvm":
+            raise UnknownKindError("MetaSchedule target", target, ["llvm"])
+        return cpu_target(num_threads, mcpu)
+    if target.kind.name != "llvm":
+        raise UnknownKindError("MetaSchedule target", target.kind.name, ["llvm"])
+    return target
+
+
+def tune_sparse(op: str | Op, matrix: sp.csr_matrix, *, feat: int = 128, target="llvm", max_trials: int,
+                cost_model=None, work_dir: str | os.PathLike, num_threads: int | None = None, seed: int = 1,
+                mcpu: str | None = None, pretrained_root: str | os.PathLike | None = None) -> MetaScheduleResult:
+    """Tune `op` on `matrix` with MetaSchedule; return the fastest record whose output matches scipy.
 
     Parameters
     ----------
-    cost_model : ms CostModel or str
-        E.g. a :class:`CognateModel`, or "random".
-    max_trials : int
-        Measured schedules in total (batches of 8).
-    work_dir : path
-        MetaSchedule's logs and database, and the runner's input file.
-    num_threads : int
-        Cores of the target and threads of the measured kernels.
-    seed : int
-        Seed of the search (>= 1).
+    op : "spmm" or "sddmm".
+    feat : dense width N.
+    target : "llvm" (this machine's CPU, `num_threads` cores) or an llvm `tvm.target.Target`.
+    max_trials : measured schedules in total (batches of 8).
+    cost_model : a :class:`CognateModel` (told the workload here), a MetaSchedule
+        cost model or its name ("xgb", "random"); None: ``CognateModel()`` with the shipped model.
+    work_dir : MetaSchedule's logs and database, and the runner's input file.
+    num_threads : cores of the target and threads of the measured kernels (default: all).
+    seed : seed of the search (>= 1).
+    pretrained_root : where ``CognateModel()`` finds shipped models (default: the package's).
     """
-    from .kernels.cpu import cpu_target
-
+    op = get_op(op)
     if max_trials < 1:
         raise ValueError(f"max_trials must be >= 1, got {max_trials}")
+    num_threads = int(num_threads or os.cpu_count() or 1)
+    tvm_target = _target(target, num_threads, mcpu)
+    workers = int(tvm_target.attrs.get("num-cores", num_threads))
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    matrix = sp.csr_matrix(matrix)
-    inputs = save_csr_arguments(matrix, feat, work_dir / "spmm_inputs.npz")
-    mod = spmm_module(matrix, feat)
-    target = cpu_target(num_threads, mcpu)
+    matrix = sp.csr_matrix(matrix, dtype=np.float32)
+    if cost_model is None:
+        cost_model = CognateModel(pretrained_root=pretrained_root)
+    if isinstance(cost_model, CognateModel):
+        cost_model.set_workload(op, matrix, feat)
+    inputs = save_sparse_arguments(op, matrix, feat, work_dir / f"{op.name}_inputs.npz")
+    mod = sparse_module(op, matrix, feat)
     runner = ms.runner.LocalRunner(
         evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=20),
-        f_alloc_argument=functools.partial(alloc_csr_arguments, path=str(inputs)),
+        f_alloc_argument=functools.partial(alloc_sparse_arguments, path=str(inputs)),
         initializer=functools.partial(_set_num_threads, num_threads))
-    builder = ms.builder.LocalBuilder(max_workers=max(1, int(num_threads)))
-    db = ms.tune_tir(mod, target, str(work_dir), max_trials, num_trials_per_iter=8, builder=builder,
-                     runner=runner, cost_model=cost_model, space=spmm_space(feat), seed=seed,
-                     num_tuning_cores=max(1, int(num_threads)))
+    builder = ms.builder.LocalBuilder(max_workers=max(1, num_threads), timeout_sec=BUILD_TIMEOUT_S,
+                                      f_build=build_kernel)
+    with _named_log_handlers():
+        db = ms.tune_tir(mod, tvm_target, str(work_dir), max_trials, num_trials_per_iter=8, builder=builder,
+                         runner=runner, cost_model=cost_model, space=sparse_space(op, feat, workers), seed=seed,
+                         num_tuning_cores=max(1, num_threads))
     workload = db.commit_workload(mod)
-    top = db.get_top_k(workload, 1)
-    if not top:
+    records = db.get_top_k(workload, len(db.get_all_tuning_records()) or 1)
+    if not records:
         raise RuntimeError(f"MetaSchedule produced no successful record (see the logs in {work_dir})")
-    best = top[0]
-    sch = tvm.s_tir.Schedule(mod)
-    best.trace.apply_to_schedule(sch, remove_postproc=False)
-    knobs = knobs_from_trace(best.trace)
-    time_ms = 1e3 * float(np.mean([float(s) for s in best.run_secs]))
-    return MetaScheduleResult(config=config_from_knobs(knobs), time_ms=time_ms, knobs=knobs, schedule=sch,
-                              records=len(db.get_all_tuning_records()))
+    variant_list = variants(op, feat)
+    rejected: list[tuple[CPUConfig, str]] = []
+    for record in records:
+        sch = tvm.s_tir.Schedule(mod)
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        knobs = knobs_from_trace(record.trace)
+        config = config_from_knobs(knobs, variant_list)
+        if not schedule_is_correct(op, sch.mod, matrix, feat, tvm_target):
+            rejected.append((config, WRONG_OUTPUT))
+            log.warning("MetaSchedule record %s rejected: %s", config.to_json(), WRONG_OUTPUT)
+            continue
+        time_ms = 1e3 * float(np.mean([float(s) for s in record.run_secs]))
+        return MetaScheduleResult(config=config, time_ms=time_ms, knobs=knobs, schedule=sch,
+                                  records=len(db.get_all_tuning_records()), database=db, correct=True,
+                                  rejected=rejected)
+    raise RuntimeError(f"none of the {len(records)} MetaSchedule records computes the right output "
+                       f"(see the logs in {work_dir})")
+
+
+def space_coverage(op: str | Op, feat: int) -> dict:
+    """How much of the CPU space the MetaSchedule schedule of `op` reaches at width `feat`.
+
+    Returns {"reached": configs the variants and knobs produce, "space": the CPU
+    space's size, "plain_csr": its plain-CSR configs}.
+    """
+    op = get_op(op)
+    reached = set()
+    variant_list = variants(op, feat)
+    for index, variant in enumerate(variant_list):
+        for i_tile in cpu_space.I_TILES:
+            for j_tile in j_tiles(variant, feat):
+                reached.add(config_from_knobs({"variant": index, "i_tile": i_tile, "j_tile": j_tile}, variant_list))
+    every = CPUSpace(op).configs()
+    return {"reached": len(reached), "space": len(every), "plain_csr": sum(c.single_panel for c in every)}
