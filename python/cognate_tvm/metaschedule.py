@@ -504,6 +504,19 @@ def run_schedule(op: str | Op, mod, matrix: sp.csr_matrix, feat: int, target, *,
     return out.numpy()
 
 
+def time_module(op: str | Op, mod, matrix: sp.csr_matrix, feat: int, target, *, repeat: int = 7,
+                min_repeat_ms: int = 20, seed: int = 11) -> float:
+    """Median time in ms of the (scheduled or default) workload `mod` on `matrix`, with TVM's time_evaluator."""
+    op = get_op(op)
+    lib = tvm.tirx.build(mod, target=target)
+    dev = tvm.cpu()
+    inputs = _host_inputs(op, matrix, feat, seed)
+    out_shape = (matrix.shape[0], int(feat)) if op.name == "spmm" else (int(workload_csr(op, matrix).nnz),)
+    args = [tvm.runtime.tensor(a, dev) for a in inputs] + [tvm.runtime.empty(out_shape, "float32", dev)]
+    timer = lib.time_evaluator("main", dev, number=1, repeat=int(repeat), min_repeat_ms=int(min_repeat_ms))
+    return float(np.median(np.asarray(timer(*args).results)) * 1e3)
+
+
 def schedule_is_correct(op: str | Op, mod, matrix: sp.csr_matrix, feat: int, target, *, seed: int = 11) -> bool:
     """True when the scheduled `mod`'s output matches scipy's on `matrix`."""
     op = get_op(op)

@@ -442,8 +442,11 @@ def chosen_time_ms(tuned: TuneResult) -> float | None:
 
 def _write_llvm_kernel(backend, op: Op, config, feat: int, directory: Path, stem: str) -> dict:
     """The exported TVM library of `config`'s kernel (entry "main"); see cognate_tvm.kernels.cpu."""
+    from .kernels.cpu import build_kernel, cpu_target
+
     path = directory / f"{stem}.so"
-    backend.kernel(op, config, feat).export_library(str(path))
+    # Built afresh (~0.1 s): a library the kernel cache loaded from disk cannot be exported again.
+    build_kernel(op, config, feat, cpu_target(backend.num_threads, backend.mcpu)).export_library(str(path))
     return {"library": path.name, "entry": "main",
             "arguments": "m, ncols, nnz, npanels, indptr, indices, vals, [perm (SDDMM with column panels)], "
                          "dense operands padded to padded_width, output (cognate_tvm.kernels.cpu."
