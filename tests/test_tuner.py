@@ -1,0 +1,85 @@
+"""The tuner library: samples, the oracle's configs, shipped-model loading, backend creation, kernels written out."""
+import json
+
+import pytest
+
+from cognate_tvm import space, tuner
+from cognate_tvm.backends.base import MeasureResult
+from cognate_tvm.backends.spade import SpadeBackend
+from cognate_tvm.errors import PretrainedNotFoundError, UnknownKindError
+from cognate_tvm.matrix import generate
+from tiny_models import ship, tiny_cpu_model
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    return ship(tiny_cpu_model(), tmp_path_factory.mktemp("pretrained"), ops=("spmm",))
+
+
+def test_sample_configs_rules():
+    spade = space.create("spade", "spmm")
+    sample = tuner.sample_configs(spade, 10, 3)
+    assert len(sample) == 10 == len(set(sample)) and spade.baseline() not in sample
+    assert sample == tuner.sample_configs(spade, 10, 3) and sample != tuner.sample_configs(spade, 10, 4)
+    assert tuner.sample_configs(spade, 0, 0) == []
+    assert len(tuner.sample_configs(spade, 10_000, 0)) == len(spade) - 1
+    with pytest.raises(ValueError, match="budget must be >= 0, got -1"):
+        tuner.sample_configs(spade, -1, 0)
+
+
+def test_oracle_configs_whole_small_spaces_and_a_sample_of_the_cpu_space():
+    spade, cpu = space.create("spade", "spmm"), space.create("cpu", "spmm")
+    configs, whole = tuner.oracle_configs(spade, None, seed=0)
+    assert whole and configs == spade.configs()
+    assert len(cpu) > tuner.ORACLE_WHOLE_SPACE
+    measured = [MeasureResult(cpu.baseline(), 1.0), MeasureResult(cpu.configs()[5], 2.0)]
+    tuned = tuner.TuneResult(baseline=measured[0], measured=measured, predicted_rank=[1, 2])
+    configs, whole = tuner.oracle_configs(cpu, tuned, seed=0, sample=40)
+    assert not whole and configs[:2] == [r.config for r in measured]  # what tune measured is always in it
+    assert 40 <= len(configs) <= 42 and len(set(configs)) == len(configs)
+    with pytest.raises(ValueError, match="oracle sample must be >= 1"):
+        tuner.oracle_configs(cpu, tuned, seed=0, sample=0)
+
+
+def test_load_shipped_model_falls_back_to_cpu_with_a_note(shipped):
+    model, source, notes = tuner.load_shipped_model("spmm", "cpu", root=shipped)
+    assert source == str(shipped / "spmm-cpu") and notes == []
+    model, source, notes = tuner.load_shipped_model("spmm", "spade", root=shipped)
+    assert source == str(shipped / "spmm-cpu") and len(notes) == 1 and "zero-shot" in notes[0]
+    with pytest.raises(PretrainedNotFoundError, match=r"no shipped model for op 'sddmm'.*shipped: spmm/cpu"):
+        tuner.load_shipped_model("sddmm", "spade", root=shipped)
+    with pytest.raises(PretrainedNotFoundError, match="--model PATH"):
+        tuner.load_shipped_model("sddmm", "cpu", root=shipped)
+
+
+def test_create_backend_errors():
+    with pytest.raises(UnknownKindError, match="unknown target 'tpu'"):
+        tuner.create_backend("tpu")
+    with pytest.raises(ValueError, match=r"target 'spade' does not take option\(s\) \['arch'\]"):
+        tuner.create_backend("spade", arch="sm_80")
+    backend = SpadeBackend(workers=1)
+    assert tuner.create_backend(backend) is backend
+
+
+def test_measure_report_and_a_simulator_writes_no_kernel(tmp_path):
+    matrix = generate("rmat", 300, seed=1)
+    spade = space.create("spade", "spmm")
+    configs = tuner.parse_configs("sample:3", spade, 0)
+    results = tuner.measure_configs(SpadeBackend(workers=1), "spmm", matrix, configs, 16)
+    report = tuner.measure_report(op="spmm", target="spade", feat=16, matrix_path="m.mtx", matrix=matrix,
+                                  results=results, vendor=None)
+    assert report["baseline"]["config"] == spade.baseline().to_dict() == report["results"][0]["config"]
+    assert len(report["results"]) == 4 and json.dumps(report)
+    written = tuner.write_kernel(SpadeBackend(), "spmm", spade.baseline(), 16, tmp_path / "k")
+    assert "no kernel to write" in written["note"] and not any((tmp_path / "k").iterdir())
+    with pytest.raises(ValueError, match="--configs must be"):
+        tuner.parse_configs("sample:0", spade, 0)
+
+
+def test_tune_validates_its_arguments(shipped):
+    matrix = generate("rmat", 200, seed=1)
+    backend = SpadeBackend(workers=1)
+    for kwargs, message in (({"top_k": 0}, "top_k must be >= 1"), ({"budget": -2}, "budget must be >= 0"),
+                            ({"feat": 0}, "feat must be >= 1")):
+        with pytest.raises(ValueError, match=message):
+            tuner.tune("spmm", matrix, backend=backend, pretrained_root=shipped, **{"feat": 16, **kwargs})
