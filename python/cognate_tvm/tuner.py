@@ -165,9 +165,9 @@ def load_shipped_model(op: Op | str, platform: str, *,
     except PretrainedNotFoundError as exc:
         raise PretrainedNotFoundError(f"{first}; no {SOURCE_PLATFORM} model to fall back on either: {exc}. "
                                       f"Pass a saved model with --model PATH") from None
-    note = (f"no shipped {op.name} model for platform {platform!r}: the {SOURCE_PLATFORM} model ranks its "
-            f"configs zero-shot (never trained on {platform} measurements; --budget N fine-tunes it on this "
-            f"matrix first)")
+    note = (f"no shipped {op.name} model for platform {platform!r}: the {SOURCE_PLATFORM} model is used, "
+            f"pre-trained on {SOURCE_PLATFORM} measurements only; without a budget (--budget N) it ranks "
+            f"{platform} configs zero-shot")
     return model, str(pretrained_path(op.name, SOURCE_PLATFORM, root=root)), [note]
 
 
