@@ -18,6 +18,10 @@ Each takes the same calls as COGNATE: ``fit(source groups, space=source space)``
 - ``"xgboost"``: an XGBoost ranker (``rank:pairwise``) over matrix statistics,
   log2 feat, the mapped shared coordinates and the zero-padded knobs;
   `finetune` continues boosting from the source model on the target data.
+- ``"best_fixed"``: one global order of configs, ignoring the matrix: each
+  config's mean log slowdown against the best config of each matrix where it
+  was measured (`fit` on the source, `finetune` re-chosen on the target
+  matrices); unseen configs go last. Its top-1 is the best fixed config.
 - ``"random"``: a seeded random order.
 """
 from __future__ import annotations
@@ -172,6 +176,50 @@ class RandomRanker(RankingModel):
         return rng.random(len(configs))
 
 
+class BestFixedRanker(RankingModel):
+    """The best fixed config (and the order behind it), chosen on training matrices.
+
+    A config's score is its mean ``log(t / t_best)`` over the groups that
+    measured it, where ``t_best`` is that group's fastest time: the config that
+    is closest to each matrix's best on average comes first. Configs seen in
+    fewer than `min_groups` groups, or never, rank after every seen one.
+    """
+
+    name = "best_fixed"
+
+    def __init__(self, *, min_groups: int = 1):
+        self.min_groups = int(min_groups)
+        self.scores: dict[str, float] = {}
+
+    def _fit(self, groups: Sequence[Group]) -> "BestFixedRanker":
+        sums: dict[str, list[float]] = {}
+        for group in groups:
+            group = group.ok()
+            if not group.configs:
+                continue
+            slowdown = np.log(group.times_ms / group.times_ms.min())
+            for config, value in zip(group.configs, slowdown):
+                sums.setdefault(config.to_json(), []).append(float(value))
+        self.scores = {key: float(np.mean(v)) for key, v in sums.items() if len(v) >= self.min_groups}
+        if not self.scores:
+            raise ValueError("BestFixedRanker: no config measured in enough groups")
+        return self
+
+    def fit(self, groups, *, space):
+        return self._fit(groups)
+
+    def finetune(self, groups, *, space):
+        return self._fit(groups) if groups else self
+
+    def best(self) -> str:
+        """JSON of the best fixed config."""
+        return min(self.scores, key=self.scores.get)
+
+    def predict(self, matrix, configs, *, space, feat):
+        unseen = max(self.scores.values(), default=0.0) + 1.0
+        return np.array([self.scores.get(c.to_json(), unseen) for c in configs], dtype=np.float64)
+
+
 def _cognate_variant(name: str, mapper: str, knob_encoder: str):
     def build(*, config: ModelConfig | None = None, seed: int = 0, progress: bool = False, **_):
         config = (config or ModelConfig()).replace(mapper=mapper, knob_encoder=knob_encoder)
@@ -192,6 +240,7 @@ _KINDS = {
     "waco_fm": _cognate_variant("waco_fm", "standard", "pad"),
     "random_mapping": _cognate_variant("random_mapping", "random", "latent"),
     "xgboost": lambda *, seed=0, xgb_options=None, **_: XGBoostRanker(seed=seed, **(xgb_options or {})),
+    "best_fixed": lambda **_: BestFixedRanker(),
     "random": lambda *, seed=0, **_: RandomRanker(seed=seed),
 }
 KINDS = tuple(_KINDS)

@@ -1,0 +1,183 @@
+"""Pre-train the CPU cost model of one op on a collected CPU dataset, evaluate it, ship it.
+
+    python benchmarks/pretrain.py --op spmm --data DATA/cpu_spmm --corpus synthetic:300:2026 --max-rows 100000
+
+The dataset comes from `python -m cognate_tvm.collect --target llvm` (see
+docs/pretraining.md for the exact collection commands); its matrices are
+rebuilt from the same corpus spec. Matrices are split by name into train /
+validation / test (70/15/15, seeded). COGNATE is trained on train with the
+featurizer trained end to end; validation pair accuracy picks the epoch. Every
+method is then scored on the test matrices, each choosing among the configs
+measured on that matrix:
+
+- COGNATE (the shipped model), the XGBoost ranker, the best fixed config (one
+  global order learned on train, `baselines.BestFixedRanker`), random;
+- top-1 and top-5 as a fraction of the best measured config, speedup over the
+  baseline config, ordered-pair accuracy, Kendall's tau, also per dense width.
+
+Writes the model to ``--ship`` (default: the package's pretrained/<op>-cpu)
+with a MODEL_CARD.md, and ``pretrain_<op>.json``, ``.md`` and ``.png`` to
+``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cognate_tvm import baselines
+from cognate_tvm.data import groups_from_frame, load_frame, select, split_by_matrix
+from cognate_tvm.matrix.corpus import load_corpus
+from cognate_tvm.model import ModelConfig
+from cognate_tvm.model.cognate import CognateCostModel
+from cognate_tvm.model.pretrained import CARD_FILE, pretrained_path
+from cognate_tvm.space import create as create_space
+from cognate_tvm.train import evaluate
+
+logger = logging.getLogger("pretrain")
+
+METHODS = ("cognate", "xgboost", "best_fixed", "random")
+LABELS = {"cognate": "COGNATE (shipped)", "xgboost": "XGBoost ranker", "best_fixed": "best fixed config",
+          "random": "random"}
+METRICS = (("oracle_fraction_top1", "top-1 / best"), ("oracle_fraction_topk", "top-5 / best"),
+           ("speedup_top1", "top-1 speedup"), ("speedup_topk", "top-5 speedup"),
+           ("speedup_oracle", "best speedup"), ("pair_accuracy", "pair acc."), ("kendall_tau", "Kendall tau"))
+
+
+def load_groups(args, space):
+    frame = load_frame(args.data)
+    frame = frame[(frame["op"] == args.op) & (frame["platform"] == space.platform)]
+    if frame.empty:
+        raise SystemExit(f"error: {args.data} holds no {args.op}/{space.platform} measurements")
+    corpus = {e.name: e for e in load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows)}
+    groups = [g for g in groups_from_frame(frame, space=space, matrices=corpus) if len(g.configs) >= 2]
+    return frame, groups
+
+
+def fit_cognate(train, val, space, args) -> CognateCostModel:
+    overrides = json.loads(args.hparams.read_text()) if args.hparams else {}
+    config = ModelConfig().replace(**{**overrides, "train.epochs": args.epochs, "train.lr": args.lr,
+                                      "train.train_featurizer": True})
+    model = CognateCostModel(config, seed=args.seed, progress=not args.quiet)
+    return model.fit(train, space=space, val_groups=val)
+
+
+def evaluate_all(models: dict, test, space) -> dict:
+    """metrics[method] over all test groups and per dense width."""
+    out = {}
+    for name, model in models.items():
+        row = {"all": evaluate(model, test, space=space, k=5)}
+        for feat in sorted({g.feat for g in test}):
+            row[f"N={feat}"] = evaluate(model, [g for g in test if g.feat == feat], space=space, k=5)
+        out[name] = row
+    return out
+
+
+def markdown(results: dict, subset: str) -> str:
+    lines = ["| method | " + " | ".join(h for _, h in METRICS) + " |",
+             "|---|" + "---|" * len(METRICS)]
+    for name, row in results.items():
+        cells = [f"{row[subset][key]:.3f}" for key, _ in METRICS]
+        lines.append(f"| {LABELS[name]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: Path, op: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    x = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for offset, (key, label) in zip((-0.2, 0.2), METRICS[:2]):
+        ax.bar(x + offset, [results[n]["all"][key] for n in names], width=0.4, label=label)
+    ax.set_xticks(x, [LABELS[n] for n in names], fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.axhline(1.0, color="k", lw=0.5)
+    ax.set_ylabel("geomean fraction of best measured")
+    ax.set_title(f"CPU {op}: picks on unseen test matrices")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def model_card(args, frame, split, results, history, seconds) -> str:
+    feats = sorted(int(f) for f in frame["feat"].unique())
+    best_epoch = max(history, key=lambda r: r.get("val_pair_accuracy", -1)) if history else {}
+    command = " ".join(["python benchmarks/pretrain.py"] + sys.argv[1:])
+    return f"""# cognate-tvm pre-trained CPU cost model: {args.op}
+
+- Platform: cpu (`llvm`, TVM-compiled TensorIR kernels, 2 threads). Format: `CognateCostModel.save`.
+- Data: {frame['matrix'].nunique()} generated matrices (corpus `{args.corpus}`, {args.min_rows}-{args.max_rows}
+  rows, all families), {len(frame)} measurements ({int(frame['time_ms'].isna().sum())} failed), dense widths
+  {feats}; measured with `python -m cognate_tvm.collect` (docs/pretraining.md).
+- Split by matrix (seed {args.split_seed}): {len(split[0])} train / {len(split[1])} validation / {len(split[2])} test.
+- Training: pairwise margin ranking loss, featurizer trained end to end, {args.epochs} epochs max,
+  lr {args.lr}; validation pair accuracy picked epoch {best_epoch.get('epoch')}
+  ({best_epoch.get('val_pair_accuracy', float('nan')):.3f}). {seconds:.0f} s on this machine.
+
+## Test split (unseen matrices; each method picks among the configs measured on the matrix)
+
+{markdown(results, 'all')}
+
+Rebuild: `{command}`
+"""
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--op", required=True, choices=("spmm", "sddmm"))
+    parser.add_argument("--data", required=True, help="dataset directory from cognate_tvm.collect")
+    parser.add_argument("--corpus", required=True, help="the corpus spec the data was collected on")
+    parser.add_argument("--min-rows", type=int, default=1000)
+    parser.add_argument("--max-rows", type=int, default=1_000_000)
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--split-seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--hparams", type=Path, default=None,
+                        help='JSON of ModelConfig overrides, e.g. {"featurizer.stem_channels": 16}')
+    parser.add_argument("--ship", type=Path, default=None, help="where to save the model (default: package data)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/pretrain"))
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    torch.set_num_threads(args.threads)
+    space = create_space("cpu", args.op)
+    frame, groups = load_groups(args, space)
+    split = split_by_matrix([g.name for g in groups], seed=args.split_seed)
+    train, val, test = (select(groups, names) for names in split)
+    logger.info("%d groups: %d train, %d validation, %d test", len(groups), len(train), len(val), len(test))
+    start = time.perf_counter()
+    model = fit_cognate(train, val, space, args)
+    seconds = time.perf_counter() - start
+    others = {name: baselines.create(name, seed=args.seed).fit(train, space=space) for name in METHODS[1:]}
+    results = evaluate_all({"cognate": model, **others}, test, space)
+    results_val = evaluate_all({"cognate": model, **others}, val, space)
+    ship = args.ship or pretrained_path(args.op, "cpu")
+    model.save(ship)
+    (ship / CARD_FILE).write_text(model_card(args, frame, split, results, model.history, seconds))
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = {"op": args.op, "split": {"train": split[0], "validation": split[1], "test": split[2]},
+              "test": results, "validation": results_val, "history": model.history, "train_seconds": seconds,
+              "best_fixed_config": others["best_fixed"].best(), "measurements": int(len(frame))}
+    (args.out / f"pretrain_{args.op}.json").write_text(json.dumps(report, indent=1, default=float))
+    table = "\n\n".join(f"### {subset}\n\n{markdown(results, subset)}" for subset in results["cognate"])
+    (args.out / f"pretrain_{args.op}.md").write_text(table + "\n")
+    plot(results, args.out / f"pretrain_{args.op}.png", args.op)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
