@@ -86,24 +86,26 @@ class VendorLibrary(ABC):
 
 
 def median_time_ms(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 7,
-                   min_seconds: float = 0.0) -> float:
-    """Median wall time of `fn()` in ms after `warmup` calls.
+                   min_seconds: float = 0.0, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median time of `fn()` in ms after `warmup` calls, read from `clock` (default: wall time).
 
     Each timed sample runs `fn` enough times to last `min_seconds` (at least once),
-    so sub-millisecond kernels are not dominated by timer noise.
+    so sub-millisecond kernels are not dominated by timer noise. For work that runs
+    on the calling thread only, ``clock=time.thread_time`` leaves out the time the
+    thread waits for a core, which on a loaded machine inflates wall times severalfold.
     """
     for _ in range(warmup):
         fn()
-    start = time.perf_counter()
+    start = clock()
     fn()
-    single = time.perf_counter() - start
+    single = clock() - start
     inner = max(1, int(min_seconds / single)) if single > 0 else 1
     samples = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         for _ in range(inner):
             fn()
-        samples.append((time.perf_counter() - start) / inner)
+        samples.append((clock() - start) / inner)
     return float(np.median(samples) * 1e3)
 
 
