@@ -114,9 +114,11 @@ def model_card(args, frame, split, results, history, seconds) -> str:
     feats = sorted(int(f) for f in frame["feat"].unique())
     best_epoch = max(history, key=lambda r: r.get("val_pair_accuracy", -1)) if history else {}
     command = " ".join(["python benchmarks/pretrain.py"] + sys.argv[1:])
+    threads = sorted({json.loads(b).get("num_threads") for b in frame["backend"].unique()}, key=str)
+    threads = ", ".join(str(t) for t in threads)
     return f"""# cognate-tvm pre-trained CPU cost model: {args.op}
 
-- Platform: cpu (`llvm`, TVM-compiled TensorIR kernels, 2 threads). Format: `CognateCostModel.save`.
+- Platform: cpu (`llvm`, TVM-compiled TensorIR kernels, timed on {threads} thread(s)). Format: `CognateCostModel.save`.
 - Data: {frame['matrix'].nunique()} generated matrices (corpus `{args.corpus}`, {args.min_rows}-{args.max_rows}
   rows, all families), {len(frame)} measurements ({int(frame['time_ms'].isna().sum())} failed), dense widths
   {feats}; measured with `python -m cognate_tvm.collect` (docs/pretraining.md).

@@ -1,0 +1,114 @@
+"""Pre-training: the best-fixed baseline, benchmarks/pretrain.py end to end, shipped-model loading."""
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cognate_tvm import baselines, space
+from cognate_tvm.collect import config_sample
+from cognate_tvm.data import collect
+from cognate_tvm.errors import ModelVersionError, PretrainedNotFoundError
+from cognate_tvm.matrix.corpus import load_corpus
+from cognate_tvm.model import available_pretrained, load_pretrained, pretrained_path
+from toy_space import FakeBackend, ToySpace, measured_groups, small_corpus
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_best_fixed_picks_the_config_closest_to_each_best():
+    toy = ToySpace("spmm")
+    groups = measured_groups(toy, small_corpus(2, seed=1))
+    model = baselines.create("best_fixed").fit(groups, space=toy)
+    configs = list(groups[0].configs)
+    mean_slowdown = np.mean([np.log(g.times_ms / g.times_ms.min()) for g in groups], axis=0)
+    assert model.best() == configs[int(np.argmin(mean_slowdown))].to_json()
+    scores = model.predict(groups[0].matrix, configs, space=toy, feat=32)
+    assert np.allclose(scores, mean_slowdown)
+    # a config never measured ranks after every measured one
+    partial = [g.__class__(g.name, g.matrix, g.feat, g.configs[1:], g.times_ms[1:]) for g in groups]
+    model.fit(partial, space=toy)
+    assert model.predict(groups[0].matrix, configs, space=toy, feat=32).argmax() == 0
+    # fine-tuning re-chooses on the new groups only
+    only = measured_groups(toy, {"one": groups[3].matrix})
+    model.finetune(only, space=toy)
+    assert model.best() == configs[int(np.argmin(only[0].times_ms))].to_json()
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    """benchmarks/pretrain.py run on a small synthetic-time CPU dataset; returns its dirs."""
+    tmp = tmp_path_factory.mktemp("pretrain")
+    cpu = space.create("cpu", "spmm")
+    corpus = "synthetic:12:3"
+    entries = load_corpus(corpus, min_rows=100, max_rows=400)
+    pool = cpu.sample_covering(100, seed=0)
+    configs = {e.name: config_sample(cpu, 30, 0, e.name, pool) for e in entries}
+    collect(FakeBackend(cpu), "spmm", entries, configs, tmp / "data", feat=32, progress=False)
+    hparams = tmp / "hparams.json"
+    hparams.write_text(json.dumps({"featurizer.stem_channels": 8, "featurizer.stage_channels": [8, 8, 8],
+                                   "featurizer.max_points": 1024, "predictor.hidden": [64, 32],
+                                   "train.batch_matrices": 4}))
+    argv = ["pretrain.py", "--op", "spmm", "--data", str(tmp / "data"), "--corpus", corpus, "--min-rows", "100",
+            "--max-rows", "400", "--epochs", "10", "--lr", "3e-3", "--hparams", str(hparams),
+            "--ship", str(tmp / "models" / "spmm-cpu"), "--out", str(tmp / "out"), "--quiet"]
+    old = sys.argv
+    sys.argv = argv
+    try:
+        with pytest.raises(SystemExit) as done:
+            runpy.run_path(str(ROOT / "benchmarks" / "pretrain.py"), run_name="__main__")
+        assert done.value.code == 0
+    finally:
+        sys.argv = old
+    return tmp
+
+
+def test_pretrain_writes_model_card_report_and_plot(shipped):
+    report = json.loads((shipped / "out" / "pretrain_spmm.json").read_text())
+    assert set(report["test"]) == {"cognate", "xgboost", "best_fixed", "random"}
+    split = report["split"]
+    assert not set(split["train"]) & set(split["test"]) and not set(split["validation"]) & set(split["test"])
+    test = report["test"]
+    # the synthetic times are a known function of the shared coordinates: a trained model orders
+    # unseen matrices' configs far better than chance
+    assert test["cognate"]["all"]["pair_accuracy"] > 0.62
+    assert test["random"]["all"]["pair_accuracy"] < 0.58
+    card = (shipped / "models" / "spmm-cpu" / "MODEL_CARD.md").read_text()
+    assert "Rebuild: `python benchmarks/pretrain.py --op spmm" in card and "top-1 / best" in card
+    assert (shipped / "out" / "pretrain_spmm.png").stat().st_size > 1000
+    model = load_pretrained("spmm", "cpu", root=shipped / "models")
+    assert available_pretrained(root=shipped / "models") == [("spmm", "cpu")]
+    matrix = load_corpus("synthetic:2:9", min_rows=100, max_rows=300)[0].build()
+    cpu = space.create("cpu", "spmm")
+    assert np.all(np.isfinite(model.predict(matrix, cpu.sample(50, seed=0), space=cpu, feat=32)))
+
+
+def test_missing_pair_and_other_version_give_clear_errors(shipped):
+    root = shipped / "models"
+    with pytest.raises(PretrainedNotFoundError, match=r"'sddmm' on platform 'cpu'.*shipped: spmm/cpu"):
+        load_pretrained("sddmm", "cpu", root=root)
+    meta_path = root / "spmm-cpu" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["format_version"] = 1
+    old = root / "old" / "spmm-cpu"
+    old.mkdir(parents=True)
+    for f in (root / "spmm-cpu").iterdir():
+        (old / f.name).write_bytes(f.read_bytes())
+    (old / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ModelVersionError, match="format version 1"):
+        load_pretrained("spmm", "cpu", root=root / "old")
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_shipped_cpu_models_load_and_rank(op):
+    """The package ships a pre-trained CPU model of each op, small, with a model card."""
+    model = load_pretrained(op, "cpu")
+    path = pretrained_path(op, "cpu")
+    assert sum(f.stat().st_size for f in path.iterdir()) < 10 * 2**20
+    assert "Rebuild: `python benchmarks/pretrain.py" in (path / "MODEL_CARD.md").read_text()
+    cpu = space.create("cpu", op)
+    matrix = load_corpus("synthetic:1:5", min_rows=2000, max_rows=2000)[0].build()
+    scores = model.predict(matrix, cpu.sample(200, seed=1), space=cpu, feat=128)
+    assert np.all(np.isfinite(scores)) and np.unique(scores).size > 100
