@@ -434,14 +434,15 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
                     seconds)
 
     n_val = samples(data.val)
-    main, ablations = not args.ablations_only, args.ablations or args.ablations_only
+    main = not (args.ablations_only or args.ship_only)
+    ablations = (args.ablations or args.ablations_only) and not args.ship_only
     # one-off models: zero-shot, oracle, WACO variants and XGBoost pre-trained on the CPU data
     if main:
         start = time.perf_counter()
         score("zero_shot", params.seeds[0], copy.deepcopy(cpu_model), 0.0, time.perf_counter() - start)
     score("oracle", params.seeds[0], OracleRanker(data.test), float("nan"), 0.0)
     start = time.perf_counter()
-    variants = {"waco_fa": pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="none",
+    variants = {} if args.ship_only else {"waco_fa": pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="none",
                                             knob_encoder="none"),
                 "waco_fm": pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="standard",
                                             knob_encoder="pad")}
@@ -462,7 +463,7 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
         xgb_source.fit(cpu_train, space=cpu)
     timings["source_variants"] = time.perf_counter() - start
 
-    for seed in params.seeds:
+    for seed in (params.seeds[:1] if args.ship_only else params.seeds):
         torch.manual_seed(seed)
         order = np.random.default_rng([seed, 7]).permutation(len(data.pool))
         pool = [data.pool[i] for i in order]
@@ -727,6 +728,8 @@ def parse_args(argv):
     parser.add_argument("--ablations", action="store_true", help="add the ablation rows")
     parser.add_argument("--ablations-only", action="store_true",
                         help="only TL5 and the ablation rows (writes transfer_<op>_ablations.*)")
+    parser.add_argument("--ship-only", action="store_true",
+                        help="only TL5 of the first seed, shipped (with --ship; writes transfer_<op>_ship.*)")
     parser.add_argument("--ship", action="store_true", help="write the TL5 models to <pretrained root>/<op>-spade")
     parser.add_argument("--pretrained-root", type=Path, default=None,
                         help="where CPU models are loaded from and SPADE models shipped to (default: package data)")
@@ -768,7 +771,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_op(op, params, args, args.out)
         payload = {"params": dataclasses.asdict(params), "command": command, **result,
                    "wall_seconds": time.perf_counter() - start}
-        stem = f"transfer_{op}" + ("_ablations" if args.ablations_only else "")
+        stem = f"transfer_{op}" + ("_ship" if args.ship_only else "_ablations" if args.ablations_only else "")
         (args.out / f"{stem}.json").write_text(json.dumps(payload, indent=1, default=float))
         print(write_markdown(op, result, params, args.out / f"{stem}.md", command))
         plot(op, result, params, args.out, stem)
