@@ -55,12 +55,13 @@ def eval_matrices(count: int, *, min_rows: int, max_rows: int, seed: int = EVAL_
     return out
 
 
-def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, pretrained_root, vendor) -> dict:
+def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, pretrained_root, vendor,
+                    oracle=False) -> dict:
     op = get_op(op)
     platform_space = space.create(backend.platform, op.name)
     start = time.perf_counter()
     tuned = tuner.tune(op, matrix, backend=backend, feat=feat, top_k=top_k, seed=seed,
-                       pretrained_root=pretrained_root, name=name)
+                       pretrained_root=pretrained_root, name=name, oracle=oracle)
     tune_s = time.perf_counter() - start
     baseline = platform_space.baseline()
     sample = [baseline] + [c for c in platform_space.sample(random_k + 1, seed + 1) if c != baseline][:random_k]
@@ -82,11 +83,29 @@ def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, p
            "notes": tuned.notes}
     row["tune_speedup"] = _ratio(base_ms, row["tune_ms"])
     row["random_speedup"] = _ratio(base_ms, row["random_ms"])
+    if tuned.oracle is not None:
+        row.update(oracle_report(tuned.oracle, sweep, random_pick))
     if vendor:
         v = tuner.vendor_report(backend, op, matrix, feat, seed)
         row.update(vendor=v["name"], vendor_method=v["method"], vendor_ms=v["time_ms"],
                    tune_vs_vendor=_ratio(v["time_ms"], row["tune_ms"]))
     return row
+
+
+def oracle_report(oracle, sweep, random_pick) -> dict:
+    """Tune's and random's picks as fractions of the oracle (the fastest config of the oracle sweep).
+
+    Tune's fraction comes from the oracle sweep itself; random's compares its own
+    sweep's best with the oracle's time, which is exact on a deterministic
+    simulator and within timing noise on hardware.
+    """
+    base = next((r for r in sweep if r.ok and r.config == sweep[0].config), None)
+    random_ms = random_pick.best.time_ms if random_pick.best is not None else None
+    return {"oracle_ms": oracle.time_ms, "oracle_config": oracle.config.to_dict(),
+            "oracle_whole_space": oracle.whole_space, "oracle_configs": oracle.configs_measured,
+            "tune_oracle_fraction": oracle.fraction,
+            "random_oracle_fraction": _ratio(oracle.time_ms, random_ms),
+            "baseline_oracle_fraction": _ratio(oracle.time_ms, base.time_ms if base else None)}
 
 
 def _ratio(a, b):
@@ -105,6 +124,9 @@ def summarize(rows: list[dict], args) -> dict:
             "tune_fraction_of_random": _ratio(tune_g, random_g),
             "tune_vs_vendor_geomean": geomean(r.get("tune_vs_vendor") for r in rows),
             "tune_measurements_max": max((r["tune_measurements"] for r in rows), default=None),
+            "tune_oracle_fraction_geomean": geomean(r.get("tune_oracle_fraction") for r in rows),
+            "random_oracle_fraction_geomean": geomean(r.get("random_oracle_fraction") for r in rows),
+            "baseline_oracle_fraction_geomean": geomean(r.get("baseline_oracle_fraction") for r in rows),
             "goal": "tune_fraction_of_random >= 0.9 with at most 6 measurements"}
 
 
@@ -121,6 +143,15 @@ def markdown(rows: list[dict], summary: dict) -> str:
               f"{f(summary['random_speedup_geomean'])}x over the baseline; tune reaches "
               f"{f(summary['tune_fraction_of_random'])} of random's speedup; tune / vendor "
               f"{f(summary['tune_vs_vendor_geomean'])}x"]
+    if summary["tune_oracle_fraction_geomean"] is not None:
+        lines += ["", "picked / oracle (geomean; 1.00 = the fastest config of the oracle sweep): tune "
+                  f"{f(summary['tune_oracle_fraction_geomean'])}, best of random "
+                  f"{f(summary['random_oracle_fraction_geomean'])}, baseline "
+                  f"{f(summary['baseline_oracle_fraction_geomean'])}",
+                  "", "| matrix | tune / oracle | random / oracle | baseline / oracle | oracle configs |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['matrix']} | {f(r.get('tune_oracle_fraction'))} | {f(r.get('random_oracle_fraction'))} | "
+                  f"{f(r.get('baseline_oracle_fraction'))} | {r.get('oracle_configs', '-')} |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -157,6 +188,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pretrained-dir", type=Path, default=None)
     parser.add_argument("--no-vendor", action="store_true", help="do not time the vendor library")
+    parser.add_argument("--oracle", action="store_true",
+                        help="also sweep the space (whole on spade) and report picks as fractions of its best")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -175,7 +208,7 @@ def main(argv=None) -> int:
         log.info("%s: %dx%d, nnz %d", name, *matrix.shape, matrix.nnz)
         row = evaluate_matrix(name, matrix, op=args.op, backend=backend, feat=args.feat, top_k=args.top_k,
                               random_k=args.random, seed=args.seed, pretrained_root=args.pretrained_dir,
-                              vendor=not args.no_vendor)
+                              vendor=not args.no_vendor, oracle=args.oracle)
         with results_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         rows.append(row)

@@ -78,6 +78,24 @@ def test_tune_eval_benchmark_at_test_size(shipped, tmp_path):
     assert len((out / "results.jsonl").read_text().splitlines()) == 2 and "geomean" in again.stdout
 
 
+def test_tune_eval_spade_oracle(shipped, tmp_path):
+    out = tmp_path / "tune_eval_spade"
+    _run_benchmark("tune_eval.py", "--target", "spade", "--oracle", "--no-vendor", "--matrices", 2, "--min-rows", 300,
+                   "--max-rows", 400, "--random", 4, "--top-k", 2, "--feat", 32, "--pretrained-dir", shipped,
+                   "--out", out)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    for r in rows:
+        # the simulator is deterministic: the oracle is the fastest of all 256 configs, so no pick beats it
+        assert r["oracle_whole_space"] and r["oracle_configs"] == 256
+        assert 0 < r["tune_oracle_fraction"] <= 1 and 0 < r["random_oracle_fraction"] <= 1
+        assert 0 < r["baseline_oracle_fraction"] <= r["random_oracle_fraction"]
+    summary = json.loads((out / "summary.json").read_text())
+    geo = float(np.exp(np.mean(np.log([r["tune_oracle_fraction"] for r in rows]))))
+    assert summary["tune_oracle_fraction_geomean"] == pytest.approx(geo)
+    assert "| tune / oracle |" in (out / "summary.md").read_text()
+
+
 def test_metaschedule_compare_at_test_size(shipped, tmp_path):
     out = tmp_path / "ms"
     _run_benchmark("metaschedule_compare.py", "--matrices", 1, "--trials", 8, "--min-rows", 800, "--max-rows", 800,
