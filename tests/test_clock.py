@@ -17,6 +17,21 @@ def test_thread_clock_leaves_out_time_spent_off_the_cpu():
     assert median_time_ms(off_cpu, warmup=0, repeats=3, clock=time.thread_time) < 1.0
 
 
+def test_a_long_call_is_a_sample_itself():
+    calls = []
+
+    def kernel():
+        calls.append(1)
+        time.sleep(0.003)
+
+    assert median_time_ms(kernel, warmup=0, repeats=2, min_seconds=0.001) >= 3.0
+    assert len(calls) == 2  # no extra sizing call when one call outlasts min_seconds
+    calls.clear()
+    # a short call only sizes the samples: warm-up, sizing call, then 3 samples of several calls each
+    median_time_ms(kernel, warmup=1, repeats=3, min_seconds=0.05)
+    assert len(calls) >= 1 + 1 + 3 * 2
+
+
 def test_backend_clock_choice_and_metadata():
     assert LLVMBackend(num_threads=1, cache_dir=None).clock == "thread"
     assert LLVMBackend(num_threads=2, cache_dir=None).clock == "wall"

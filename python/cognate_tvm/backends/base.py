@@ -20,7 +20,8 @@ from typing import Callable, ClassVar, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from ..ops import Op
+from ..matrix import as_csr
+from ..ops import Op, get_op
 from ..space.base import Config
 
 # Tolerance of the correctness check against scipy (float32 sums in another order).
@@ -85,6 +86,17 @@ class VendorLibrary(ABC):
         return self.name
 
 
+def measure_inputs(op: str | Op, matrix: sp.csr_matrix, feat: int, seed: int
+                   ) -> tuple[Op, sp.csr_matrix, int, list[np.ndarray]]:
+    """What every kernel backend's `measure` starts from: the op, the matrix as CSR,
+    the dense width (ValueError below 1) and the seeded dense inputs."""
+    op = get_op(op)
+    matrix = as_csr(matrix)
+    if int(feat) < 1:
+        raise ValueError(f"feat must be >= 1, got {feat}")
+    return op, matrix, int(feat), op.make_dense_inputs(matrix, int(feat), seed=seed)
+
+
 def median_time_ms(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 7,
                    min_seconds: float = 0.0, clock: Callable[[], float] = time.perf_counter) -> float:
     """Median time of `fn()` in ms after `warmup` calls, read from `clock` (default: wall time).
@@ -100,8 +112,10 @@ def median_time_ms(fn: Callable[[], object], *, warmup: int = 2, repeats: int = 
     fn()
     single = clock() - start
     inner = max(1, int(min_seconds / single)) if single > 0 else 1
-    samples = []
-    for _ in range(repeats):
+    # A call that already lasts min_seconds is a sample itself: a long kernel
+    # (a 1M-row matrix) is not run once more just to size the samples.
+    samples = [single] if inner == 1 and single > 0 else []
+    for _ in range(repeats - len(samples)):
         start = clock()
         for _ in range(inner):
             fn()
