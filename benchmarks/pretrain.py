@@ -110,9 +110,13 @@ def plot(results: dict, path: Path, op: str) -> None:
     plt.close(fig)
 
 
-def model_card(args, frame, split, results, history, seconds) -> str:
+def model_card(args, frame, split, results, model, seconds) -> str:
     feats = sorted(int(f) for f in frame["feat"].unique())
-    best_epoch = max(history, key=lambda r: r.get("val_pair_accuracy", -1)) if history else {}
+    train = model.config.train
+    metric = f"val_{train.select_metric}"
+    best_epoch = max(model.history, key=lambda r: r.get(metric, -1)) if model.history else {}
+    loss = "pairwise margin ranking loss" + (", pairs weighted by |log time ratio|"
+                                             if train.pair_weighting == "log_ratio" else "")
     command = " ".join(["python benchmarks/pretrain.py"] + sys.argv[1:])
     threads = sorted({json.loads(b).get("num_threads") for b in frame["backend"].unique()}, key=str)
     threads = ", ".join(str(t) for t in threads)
@@ -123,9 +127,9 @@ def model_card(args, frame, split, results, history, seconds) -> str:
   rows, all families), {len(frame)} measurements ({int(frame['time_ms'].isna().sum())} failed), dense widths
   {feats}; measured with `python -m cognate_tvm.collect` (docs/pretraining.md).
 - Split by matrix (seed {args.split_seed}): {len(split[0])} train / {len(split[1])} validation / {len(split[2])} test.
-- Training: pairwise margin ranking loss, featurizer trained end to end, {args.epochs} epochs max,
-  lr {args.lr}; validation pair accuracy picked epoch {best_epoch.get('epoch')}
-  ({best_epoch.get('val_pair_accuracy', float('nan')):.3f}). {seconds:.0f} s on this machine.
+- Training: {loss}, featurizer trained end to end, {args.epochs} epochs max,
+  lr {args.lr}; validation {train.select_metric.replace('_', ' ')} picked epoch {best_epoch.get('epoch')}
+  ({best_epoch.get(metric, float('nan')):.3f}). {seconds:.0f} s on this machine.
 
 ## Test split (unseen matrices; each method picks among the configs measured on the matrix)
 
@@ -168,7 +172,7 @@ def main(argv=None) -> int:
     results_val = evaluate_all({"cognate": model, **others}, val, space)
     ship = args.ship or pretrained_path(args.op, "cpu")
     model.save(ship)
-    (ship / CARD_FILE).write_text(model_card(args, frame, split, results, model.history, seconds))
+    (ship / CARD_FILE).write_text(model_card(args, frame, split, results, model, seconds))
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"op": args.op, "split": {"train": split[0], "validation": split[1], "test": split[2]},
               "test": results, "validation": results_val, "history": model.history, "train_seconds": seconds,

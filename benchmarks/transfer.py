@@ -287,8 +287,9 @@ def val_score(model: RankingModel, val: Sequence[Group], space, k: int) -> dict:
 
 
 def best_epoch(model: CognateCostModel, phase_rows: int) -> int | None:
-    rows = [r for r in model.history[-phase_rows:] if "val_pair_accuracy" in r] if phase_rows else []
-    return max(rows, key=lambda r: r["val_pair_accuracy"])["epoch"] if rows else None
+    metric = f"val_{model.config.train.select_metric}"
+    rows = [r for r in model.history[-phase_rows:] if metric in r] if phase_rows else []
+    return max(rows, key=lambda r: r[metric])["epoch"] if rows else None
 
 
 def finetune_on_validation(base: CognateCostModel, finetune: Sequence[Group], val: Sequence[Group], spade,

@@ -8,7 +8,7 @@ import torch
 from cognate_tvm.baselines import RandomRanker
 from cognate_tvm.errors import ModelVersionError
 from cognate_tvm.model import CognateCostModel
-from cognate_tvm.train import evaluate, pair_accuracy
+from cognate_tvm.train import evaluate, pair_accuracy, pairwise_margin_loss, validation_metrics
 from toy_space import ToyAccelSpace, ToySpace, fast_model_config, measured_groups, real_spaces, small_corpus
 
 torch.set_num_threads(1)  # small ops: one thread is faster on a shared 2-core machine
@@ -169,3 +169,32 @@ def test_validation_keeps_the_best_epoch(corpus):
     accs = [h["val_pair_accuracy"] for h in model.history]
     assert len(accs) == 6
     assert pair_accuracy(model, val, space=space) == pytest.approx(max(accs))
+
+
+def test_validation_can_keep_the_best_top1_epoch(corpus):
+    train, _ = corpus
+    space = ToySpace("spmm")
+    names = sorted(train)
+    groups = measured_groups(space, {n: train[n] for n in names[:12]}, configs_per_matrix=32)
+    val = measured_groups(space, {n: train[n] for n in names[12:]}, configs_per_matrix=32)
+    config = fast_model_config(**{"train.epochs": 5, "train.select_metric": "top1_fraction",
+                                  "train.pair_weighting": "log_ratio"})
+    model = CognateCostModel(config, seed=3).fit(groups, space=space, val_groups=val)
+    top1 = [h["val_top1_fraction"] for h in model.history]
+    assert len(top1) == 5 and all(0 < v <= 1 for v in top1)
+    assert validation_metrics(model, val, space=space)["val_top1_fraction"] == pytest.approx(max(top1))
+    bad = CognateCostModel(fast_model_config(**{"train.epochs": 1, "train.select_metric": "loss"}), seed=0)
+    with pytest.raises(ValueError, match="unknown select_metric 'loss'"):
+        bad.fit(groups, space=space, val_groups=val)
+
+
+def test_log_ratio_weighting_ignores_near_ties():
+    times = torch.tensor([1.0, 1.0001, 3.0])
+    wrong_on_tie = torch.tensor([1.0, 0.0, 5.0])  # orders the near-tie wrongly, the clear pairs rightly
+    wrong_on_gap = torch.tensor([5.0, 6.0, 0.0])  # orders the near-tie rightly, the clear pairs wrongly
+    loss = lambda s, w: pairwise_margin_loss(s, times, pairs=4000, margin=1.0,  # noqa: E731
+                                             generator=torch.Generator().manual_seed(0), weighting=w)
+    assert loss(wrong_on_tie, "log_ratio") < 0.01 < loss(wrong_on_tie, "uniform")
+    assert loss(wrong_on_gap, "log_ratio") > 1.0
+    with pytest.raises(ValueError, match="unknown pair weighting"):
+        loss(wrong_on_tie, "square")

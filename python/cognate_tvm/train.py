@@ -54,9 +54,20 @@ def _prepare(model, groups: Sequence[Group], space: Space) -> list[_Prepared]:
     return out
 
 
+PAIR_WEIGHTINGS = ("uniform", "log_ratio")
+LOG_RATIO_CAP = 1.0  # |ln t_a/t_b| above this (2.7x) weighs no more: gross mistakes are not the hard ones
+
+
 def pairwise_margin_loss(scores: torch.Tensor, times: torch.Tensor, *, pairs: int, margin: float,
-                         generator: torch.Generator) -> torch.Tensor:
-    """Mean hinge loss over `pairs` random pairs with different times (lower score = faster)."""
+                         generator: torch.Generator, weighting: str = "uniform") -> torch.Tensor:
+    """Mean hinge loss over `pairs` random pairs with different times (lower score = faster).
+
+    weighting "log_ratio" weighs each pair by min(|ln t_a/t_b|, LOG_RATIO_CAP): a
+    pair within timing noise of a tie barely counts, so the loss is not spent
+    ordering configs that are equally fast.
+    """
+    if weighting not in PAIR_WEIGHTINGS:
+        raise ValueError(f"unknown pair weighting {weighting!r}; valid: {', '.join(PAIR_WEIGHTINGS)}")
     n = scores.shape[0]
     a = torch.randint(n, (pairs,), generator=generator)
     b = torch.randint(n, (pairs,), generator=generator)
@@ -65,7 +76,11 @@ def pairwise_margin_loss(scores: torch.Tensor, times: torch.Tensor, *, pairs: in
     if not keep.any():
         return scores.sum() * 0.0
     a, b, sign = a[keep], b[keep], sign[keep]
-    return torch.relu(margin - sign * (scores[a] - scores[b])).mean()
+    hinge = torch.relu(margin - sign * (scores[a] - scores[b]))
+    if weighting == "uniform":
+        return hinge.mean()
+    weight = torch.log(times[a] / times[b]).abs().clamp(max=LOG_RATIO_CAP)
+    return (hinge * weight).sum() / weight.sum().clamp(min=1e-12)
 
 
 def _set_trainable(model, frozen: set[str]) -> list[torch.nn.Parameter]:
@@ -97,6 +112,8 @@ def train_ranking(model, groups: Sequence[Group], *, space: Space, epochs: int, 
     from tqdm.auto import tqdm
 
     t = model.config.train
+    if t.select_metric not in SELECT_METRICS:
+        raise ValueError(f"unknown select_metric {t.select_metric!r}; valid: {', '.join(SELECT_METRICS)}")
     encoder = model.encoder_for(space)
     data = _prepare(model, groups, space)
     if not data:
@@ -126,7 +143,7 @@ def train_ranking(model, groups: Sequence[Group], *, space: Space, epochs: int, 
                                      torch.cat([item.log2_feat for item in batch]),
                                      torch.cat([item.knobs for item in batch]), encoder)
             loss = sum(pairwise_margin_loss(part, item.times, pairs=t.pairs_per_matrix, margin=t.margin,
-                                            generator=generator)
+                                            generator=generator, weighting=t.pair_weighting)
                        for part, item in zip(torch.split(scores, sizes), batch)) / len(batch)
             loss.backward()
             total = loss.item()
@@ -137,22 +154,41 @@ def train_ranking(model, groups: Sequence[Group], *, space: Space, epochs: int, 
         model.net.eval()
         row = {"phase": phase, "epoch": epoch, "loss": float(np.mean(losses))}
         if val_groups:
-            row["val_pair_accuracy"] = pair_accuracy(model, val_groups, space=space)
-            if row["val_pair_accuracy"] > best[0]:
-                best = (row["val_pair_accuracy"], epoch, copy.deepcopy(model.net.state_dict()))
+            row.update(validation_metrics(model, val_groups, space=space))
+            if row[f"val_{t.select_metric}"] > best[0]:
+                best = (row[f"val_{t.select_metric}"], epoch, copy.deepcopy(model.net.state_dict()))
         history.append(row)
         logger.debug("%s epoch %d: %s", phase, epoch, row)
     if best[2] is not None:
         # validation picks the epoch: restore the weights of the best one
         model.net.load_state_dict(best[2])
         model.clear_embedding_cache()
-        logger.info("%s: kept epoch %d (validation pair accuracy %.3f)", phase, best[1], best[0])
+        logger.info("%s: kept epoch %d (validation %s %.3f)", phase, best[1], t.select_metric, best[0])
     for p in model.net.parameters():
         p.requires_grad_(True)
     for enc in model.net.encoders.values():
         for p in enc.parameters():
             p.requires_grad_(False)
     return history
+
+
+SELECT_METRICS = ("pair_accuracy", "top1_fraction")
+
+
+def validation_metrics(model, groups: Sequence[Group], *, space: Space) -> dict[str, float]:
+    """Validation pair accuracy and top-1 fraction (best time / time of the top-scored config), means."""
+    from .metrics import ordered_pair_accuracy
+
+    pairs, top1 = [], []
+    for g in groups:
+        times = np.asarray(g.times_ms, dtype=float)
+        scores = model.predict(g.matrix, list(g.configs), space=space, feat=g.feat)
+        ok = np.isfinite(times)
+        pairs.append(ordered_pair_accuracy(times, scores))
+        if ok.any():
+            top1.append(np.nanmin(times) / times[ok][np.argmin(np.asarray(scores)[ok])])
+    return {"val_pair_accuracy": float(np.nanmean(pairs)) if pairs else float("nan"),
+            "val_top1_fraction": float(np.exp(np.mean(np.log(top1)))) if top1 else float("nan")}
 
 
 def pair_accuracy(model, groups: Sequence[Group], *, space: Space) -> float:
