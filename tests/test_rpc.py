@@ -1,83 +1,33 @@
 """Measuring through TVM's RPC tracker: a tracker and two servers on 127.0.0.1, real kernels.
 
-The tracker and the servers are the TVM ecosystem's own (`python -m tvm.exec.rpc_tracker`,
-`python -m tvm.exec.rpc_server`), started on free loopback ports and killed (as process
-groups) at the end. Every wait is bounded.
+The tracker and the servers are the TVM ecosystem's own, started on free loopback ports
+and killed (as process groups) at the end (`rpc_cluster`). Every wait is bounded.
 """
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import signal
-import socket
-import subprocess
-import sys
 import time
 
 import pytest
-import tornado  # noqa: F401  - `python -m tvm.exec.rpc_tracker` needs it (the [distributed] extra)
+from rpc_cluster import free_port, kill, rpc_cluster
 
 from cognate_tvm import space
 from cognate_tvm.backends import rpc as rpc_backend
-from cognate_tvm.backends.rpc import RPCLLVMBackend, RPCUnavailableError, parse_tracker, tracker_summary
+from cognate_tvm.backends.rpc import RPCLLVMBackend, parse_tracker
 from cognate_tvm.collect import main as collect_main
 from cognate_tvm.data import load_frame
 from cognate_tvm.matrix import generate
 from cognate_tvm.ops import SDDMM, SPMM
 
 KEYS = ("cognate-test", "cognate-doomed")
-START_TIMEOUT_S = 90  # a loaded 2-core machine imports TVM (twice per process) slowly
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _start(args: list[str]) -> subprocess.Popen:
-    env = dict(os.environ, TVM_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, "-m", *args], env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the server's session workers are in its group
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
 def cluster():
     """(tracker address, {key: server process}); both keys have one free device."""
-    port = _free_port()
-    tracker = f"127.0.0.1:{port}"
-    procs = {"tracker": _start(["tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
-                                "--port-end", str(port + 1), "--silent"])}
-    for key in KEYS:
-        server_port = _free_port()
-        procs[key] = _start(["tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(server_port),
-                             "--port-end", str(server_port + 1), "--tracker", tracker, "--key", key,
-                             "--silent"])
-    try:
-        deadline = time.time() + START_TIMEOUT_S
-        while True:
-            try:
-                queues = tracker_summary(tracker, timeout_s=2.0)["queue_info"]
-                if all(queues.get(key, {}).get("free", 0) >= 1 for key in KEYS):
-                    break
-            except RPCUnavailableError:
-                pass
-            assert time.time() < deadline, "the RPC tracker and servers did not come up"
-            assert all(p.poll() is None for p in procs.values()), "an RPC process exited at start-up"
-            time.sleep(0.1)
+    with rpc_cluster(KEYS) as (tracker, procs):
         yield tracker, procs
-    finally:
-        for proc in procs.values():
-            _kill(proc)
 
 
 def _configs(op) -> list:
@@ -130,7 +80,7 @@ def test_killing_the_server_mid_sweep_gives_error_results(cluster, monkeypatch):
         result = original(self, config, library, check)
         measured.append(result)
         if len(measured) == 1:  # the device dies after the first config
-            _kill(procs[KEYS[1]])
+            kill(procs[KEYS[1]])
         return result
 
     monkeypatch.setattr(rpc_backend._RemoteRun, "measure", measure_then_kill)
@@ -152,7 +102,7 @@ def test_killing_the_server_mid_sweep_gives_error_results(cluster, monkeypatch):
 
 
 def test_unreachable_tracker_is_an_error_result_not_an_exception():
-    backend = RPCLLVMBackend(tracker=f"127.0.0.1:{_free_port()}", key="none", num_threads=1, cache_dir=None,
+    backend = RPCLLVMBackend(tracker=f"127.0.0.1:{free_port()}", key="none", num_threads=1, cache_dir=None,
                              request_timeout_s=2.0)
     cpu = space.create("cpu", "spmm")
     results = backend.measure(SPMM, generate("banded", 100, seed=0), [cpu.baseline(), cpu.baseline()], 8)

@@ -23,7 +23,7 @@ sweep goes on. `cognate_tvm.data.load_frame(DIR)` reads the result.
 ``--executor ray`` runs the tasks on a Ray cluster (`cognate_tvm.executors.RayExecutor`):
 the one at ``--ray-address``, or a local one with ``--workers`` CPUs; this process
 still writes every part, so resuming works the same. ``--rpc-tracker``/``--rpc-key``
-(llvm) build kernels here and time them on a device behind a TVM RPC tracker
+(llvm, cuda) build kernels here and time them on a device behind a TVM RPC tracker
 (`cognate_tvm.backends.rpc`).
 """
 from __future__ import annotations
@@ -82,13 +82,11 @@ def backend_options(args: argparse.Namespace) -> dict:
 
 def make_backend(args: argparse.Namespace) -> backends.Backend:
     """The target's backend; with --rpc-tracker, one that runs the kernels on a remote device."""
-    options = backend_options(args)
-    if not args.rpc_tracker and not args.rpc_key:
-        return backends.create(args.target, **options)
-    if not (args.rpc_tracker and args.rpc_key):
-        raise ValueError("--rpc-tracker HOST:PORT and --rpc-key KEY go together")
-    from .backends.rpc import create_rpc
+    from .backends.rpc import create_rpc, wants_rpc
 
+    options = backend_options(args)
+    if not wants_rpc(args.rpc_tracker, args.rpc_key):
+        return backends.create(args.target, **options)
     options.pop("warmup", None)  # the device's time_evaluator warms up itself
     return create_rpc(args.target, tracker=args.rpc_tracker, key=args.rpc_key, **options)
 
@@ -154,7 +152,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=None,
                         help="--executor ray without --ray-address: CPUs of the local cluster (default: all)")
     parser.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT",
-                        help="llvm: run the kernels on a device behind this TVM RPC tracker")
+                        help="llvm, cuda: run the kernels on a device behind this TVM RPC tracker")
     parser.add_argument("--rpc-key", default=None, help="with --rpc-tracker: the device key")
     return parser
 

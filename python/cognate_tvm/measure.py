@@ -2,12 +2,13 @@
 
     python -m cognate_tvm.measure {spmm,sddmm} --target llvm --matrix PATH [--feat N]
         [--configs all|baseline|sample:N] [--seed S] [--check] [--vendor] [--json]
-        [--arch sm_80|sm_90] [--compile-only]
+        [--arch sm_80|sm_90] [--compile-only] [--rpc-tracker HOST:PORT --rpc-key KEY]
 
 Without --matrix, the bundled example matrix is used. --json prints one JSON
 object (see `cognate_tvm.tuner.measure_report`); otherwise a table sorted by
-time. The work is done by `cognate_tvm.tuner`; this module parses arguments
-and prints.
+time. ``--rpc-tracker``/``--rpc-key`` (llvm, cuda) build the kernels here and
+time them on a device behind a TVM RPC tracker (`cognate_tvm.backends.rpc`).
+The work is done by `cognate_tvm.tuner`; this module parses arguments and prints.
 """
 from __future__ import annotations
 
@@ -26,12 +27,18 @@ from .ops import OPS, get_op
 EXAMPLE_MATRIX = tuner.EXAMPLE_MATRIX
 
 
+def make_backend(args: argparse.Namespace) -> backends.Backend:
+    """The backend the common arguments ask for: local, or on a device behind an RPC tracker."""
+    return tuner.create_backend(args.target, arch=args.arch, compile_only=args.compile_only,
+                                rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key)
+
+
 def run(args: argparse.Namespace) -> dict:
     op = get_op(args.op)
     if args.feat < 1:
         raise ValueError(f"--feat must be >= 1, got {args.feat}")
     matrix = load_matrix(args.matrix)
-    backend = tuner.create_backend(args.target, arch=args.arch, compile_only=args.compile_only)
+    backend = make_backend(args)
     platform_space = space.create(backend.platform, op.name)
     configs = tuner.parse_configs(args.configs, platform_space, args.seed)
     results = tuner.measure_configs(backend, op, matrix, configs, args.feat, check=args.check, seed=args.seed,
@@ -78,6 +85,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arch", default=None, help="GPU architecture for --target cuda (sm_80, sm_90)")
     parser.add_argument("--compile-only", action="store_true",
                         help="--target cuda: build and compile to PTX, do not run")
+    parser.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT",
+                        help="llvm, cuda: build here, run on a device behind this TVM RPC tracker")
+    parser.add_argument("--rpc-key", default=None, help="with --rpc-tracker: the device key")
 
 
 def make_parser() -> argparse.ArgumentParser:

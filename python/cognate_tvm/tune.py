@@ -3,7 +3,7 @@
     python -m cognate_tvm.tune {spmm,sddmm} [--target llvm|spade|cuda] [--matrix PATH] [--feat N]
         [--budget N] [--top-k K] [--model PATH] [--pretrained-dir DIR] [--save-model PATH]
         [--oracle] [--oracle-sample N] [--out DIR] [--compile-only] [--seed S] [--vendor]
-        [--json] [--quiet] [--arch sm_80|sm_90]
+        [--json] [--quiet] [--arch sm_80|sm_90] [--rpc-tracker HOST:PORT --rpc-key KEY]
 
 The shipped cost model of the op and the target's platform ranks the whole
 space (a platform without one uses the CPU model zero-shot, with a note); the
@@ -18,7 +18,8 @@ sweeps the space (the whole space when it has at most
 configs) and reports how close the choice is. ``--out DIR`` writes the chosen
 kernel, its config and the report. ``--target cuda --compile-only --out DIR``
 (a machine without a GPU) ranks and writes the top-k kernels' CUDA sources and
-PTX, with no timing.
+PTX, with no timing. ``--rpc-tracker HOST:PORT --rpc-key KEY`` (llvm, cuda)
+measures on a device behind a TVM RPC tracker, with the kernels built here.
 
 Every time in the output was measured in this run. Without --matrix, the
 bundled example matrix is used. --json prints one JSON object (see
@@ -37,7 +38,7 @@ from typing import Sequence
 from . import tuner
 from .errors import CognateError, DeviceUnavailableError
 from .matrix import load_matrix
-from .measure import add_common_arguments
+from .measure import add_common_arguments, make_backend
 from .ops import get_op
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> tuple[dict, tuner.TuneResult | None]:
     matrix = load_matrix(args.matrix)
     model = tuner.load_model(args.model) if args.model is not None else None
     source = str(args.model) if args.model is not None else None
-    backend = tuner.create_backend(args.target, arch=args.arch, compile_only=args.compile_only)
+    backend = make_backend(args)
     if args.compile_only:
         report = tuner.compile_top_k(op, matrix, backend=backend, feat=args.feat, directory=args.out, model=model,
                                      model_source=source, pretrained_root=args.pretrained_dir, top_k=args.top_k)

@@ -6,6 +6,7 @@ an op and platform), and tuning itself:
 
 >>> from cognate_tvm import tuner                                          # doctest: +SKIP
 >>> backend = tuner.create_backend("llvm")                                 # doctest: +SKIP
+>>> remote = tuner.create_backend("cuda", arch="sm_90", rpc_tracker="HOST:9190", rpc_key="h200")  # doctest: +SKIP
 >>> tuned = tuner.tune("spmm", A, backend=backend, feat=128)               # doctest: +SKIP
 >>> tuned.chosen.config, tuned.confirmed                                   # doctest: +SKIP
 
@@ -39,6 +40,7 @@ from tqdm import tqdm
 
 from . import backends, space
 from .backends.base import Backend, MeasureResult, pick_checked
+from .backends.rpc import RPCSettingsError, create_rpc, wants_rpc
 from .errors import ModelVersionError, PretrainedNotFoundError
 from .ops import Op, get_op
 
@@ -59,15 +61,26 @@ ORACLE_SAMPLE = 512
 # -- backends and measuring ------------------------------------------------------------
 
 def create_backend(target: str | Backend, *, arch: str | None = None, compile_only: bool = False,
-                   **options) -> Backend:
-    """The backend of `target` with the given options; ValueError if the target does not take one."""
+                   rpc_tracker: str | None = None, rpc_key: str | None = None, **options) -> Backend:
+    """The backend of `target` with the given options; ValueError if the target does not take one.
+
+    With `rpc_tracker` ("HOST:PORT") and `rpc_key`, the kernels are built here and
+    run on a device behind that TVM RPC tracker (`backends.rpc.create_rpc`);
+    `RPCSettingsError` (a ValueError) when only one is given, the address is bad,
+    or the target cannot run remotely.
+    """
     if isinstance(target, Backend):
         return target
+    remote = wants_rpc(rpc_tracker, rpc_key)
     if arch is not None:
         options["arch"] = arch
     if compile_only:
+        if remote:
+            raise RPCSettingsError("--compile-only runs nothing: it does not take --rpc-tracker/--rpc-key")
         options["compile_only"] = True
     try:
+        if remote:
+            return create_rpc(target, tracker=rpc_tracker, key=rpc_key, **options)
         return backends.create(target, **options)
     except TypeError as exc:
         raise ValueError(f"target {target!r} does not take option(s) {sorted(options)}: {exc}") from None

@@ -31,7 +31,7 @@ from ..matrix import as_csr
 from ..ops import Op, get_op
 from ..space.base import Config
 from ..space.cpu import CPUConfig, CPUSpace
-from .base import Backend, MeasureResult, VendorLibrary, check_output, median_time_ms
+from .base import Backend, MeasureResult, VendorLibrary, check_output, measure_inputs, median_time_ms
 
 log = logging.getLogger(__name__)
 
@@ -167,13 +167,9 @@ class LLVMBackend(Backend):
 
     def measure(self, op: str | Op, matrix: sp.csr_matrix, configs: Sequence[Config], feat: int, *,
                 check: bool = False, seed: int = 0) -> list[MeasureResult]:
-        op = get_op(op)
-        matrix = as_csr(matrix)
-        if int(feat) < 1:
-            raise ValueError(f"feat must be >= 1, got {feat}")
-        dense = op.make_dense_inputs(matrix, int(feat), seed=seed)
+        op, matrix, feat, dense = measure_inputs(op, matrix, feat, seed)
         space = CPUSpace(op)
-        run = _Run(self, op, matrix, int(feat), dense)
+        run = _Run(self, op, matrix, feat, dense)
         results = []
         for config in configs:
             try:
