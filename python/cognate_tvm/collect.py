@@ -37,9 +37,8 @@ from typing import Sequence
 
 import numpy as np
 
-from . import backends, executors, space
+from . import backends, executors, space, tuner
 from .data import collect, load_frame
-from .errors import CognateError
 from .matrix.corpus import load_corpus
 from .ops import OPS
 
@@ -158,13 +157,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        report = run(args)
-    except (CognateError, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    args, status, report = tuner.cli_call(run, make_parser(), argv)
+    if status:
+        return status
     print(json.dumps(report))
     return 0
 

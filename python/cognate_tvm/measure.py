@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from . import backends, space, tuner
-from .errors import CognateError
 from .matrix import load_matrix
 from .ops import OPS, get_op
 
@@ -99,13 +97,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        report = run(args)
-    except (CognateError, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    args, status, report = tuner.cli_call(run, make_parser(), argv)
+    if status:
+        return status
     print(json.dumps(report, indent=1) if args.json else format_table(report))
     return 0
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import tuner
-from .errors import CognateError, DeviceUnavailableError
+from .errors import DeviceUnavailableError
 from .matrix import load_matrix
 from .measure import add_common_arguments, make_backend
 from .ops import get_op
@@ -176,19 +176,19 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _hint(exc: Exception, args) -> str | None:
+    if isinstance(exc, DeviceUnavailableError):
+        return (f"without a GPU, `--target {args.target} --compile-only --out DIR` ranks the space and writes "
+                f"the top-k kernels' CUDA sources and PTX")
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit status: 0 tuned, 1 no config could be measured, 2 bad input or a target that cannot run here."""
-    args = make_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        report, tuned = run(args)
-    except DeviceUnavailableError as exc:
-        print(f"error: {exc}\nhint: without a GPU, `--target {args.target} --compile-only --out DIR` ranks the "
-              f"space and writes the top-k kernels' CUDA sources and PTX", file=sys.stderr)
-        return 2
-    except (CognateError, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    args, status, result = tuner.cli_call(run, make_parser(), argv, hint=_hint)
+    if status:
+        return status
+    report, tuned = result
     if tuned is None:
         print(json.dumps(report, indent=1) if args.json else format_compile_only(report))
         return 0

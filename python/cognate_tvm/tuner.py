@@ -41,7 +41,7 @@ from tqdm import tqdm
 from . import backends, space
 from .backends.base import Backend, MeasureResult, pick_checked
 from .backends.rpc import RPCSettingsError, create_rpc, wants_rpc
-from .errors import ModelVersionError, PretrainedNotFoundError
+from .errors import CognateError, ModelVersionError, PretrainedNotFoundError
 from .ops import Op, get_op
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,24 @@ ORACLE_SAMPLE = 512
 
 
 # -- backends and measuring ------------------------------------------------------------
+
+def cli_call(run, parser, argv: Sequence[str] | None, *, hint=None):
+    """(args, exit status, result) of a CLI: `run(args)` on the parsed `argv`.
+
+    Bad input and a target that cannot run here print ``error: ...`` (and
+    ``hint: ...`` where `hint(exc, args)` has one) and give status 2, result None.
+    """
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args, 0, run(args)
+    except (CognateError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        advice = hint(exc, args) if hint is not None else None
+        if advice:
+            print(f"hint: {advice}", file=sys.stderr)
+        return args, 2, None
+
 
 def create_backend(target: str | Backend, *, arch: str | None = None, compile_only: bool = False,
                    rpc_tracker: str | None = None, rpc_key: str | None = None, **options) -> Backend:
