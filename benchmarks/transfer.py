@@ -1,7 +1,7 @@
 """CPU -> SPADE transfer at the paper's protocol (issue 10), for SpMM and SDDMM.
 
-    python benchmarks/transfer.py --size full --data-root /work/data \\
-        --cpu-data '/work/data/cpu_{op}' --cpu-corpus synthetic:300:2026 --out docs/results [--ablations] [--ship]
+    python benchmarks/transfer.py --size full --data-root DATA \\
+        --cpu-data 'DATA/cpu_{op}' --cpu-corpus synthetic:300:2026 --out docs/results [--ablations] [--ship]
     python benchmarks/transfer.py --size ci --out /tmp/transfer      # CI: < 10 min, asserts no thresholds
 
 Source: the shipped pre-trained CPU model (`load_pretrained(op, "cpu")`, or
