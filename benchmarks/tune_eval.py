@@ -56,12 +56,12 @@ def eval_matrices(count: int, *, min_rows: int, max_rows: int, seed: int = EVAL_
 
 
 def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, pretrained_root, vendor,
-                    oracle=False) -> dict:
+                    oracle=False, budget=0) -> dict:
     op = get_op(op)
     platform_space = space.create(backend.platform, op.name)
     start = time.perf_counter()
     tuned = tuner.tune(op, matrix, backend=backend, feat=feat, top_k=top_k, seed=seed,
-                       pretrained_root=pretrained_root, name=name, oracle=oracle)
+                       pretrained_root=pretrained_root, name=name, oracle=oracle, budget=budget)
     tune_s = time.perf_counter() - start
     baseline = platform_space.baseline()
     sample = [baseline] + [c for c in platform_space.sample(random_k + 1, seed + 1) if c != baseline][:random_k]
@@ -120,6 +120,7 @@ def geomean(values) -> float | None:
 def summarize(rows: list[dict], args) -> dict:
     tune_g, random_g = geomean(r["tune_speedup"] for r in rows), geomean(r["random_speedup"] for r in rows)
     return {"matrices": len(rows), "op": args.op, "target": args.target, "feat": args.feat, "top_k": args.top_k,
+            "budget": args.budget,
             "random_k": args.random, "tune_speedup_geomean": tune_g, "random_speedup_geomean": random_g,
             "tune_fraction_of_random": _ratio(tune_g, random_g),
             "tune_vs_vendor_geomean": geomean(r.get("tune_vs_vendor") for r in rows),
@@ -132,8 +133,8 @@ def summarize(rows: list[dict], args) -> dict:
 
 def markdown(rows: list[dict], summary: dict) -> str:
     f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-    lines = [f"# tune vs best of {summary['random_k']} random ({summary['op']}, {summary['target']}, "
-             f"N={summary['feat']})", "",
+    lines = [f"# tune (budget {summary['budget']}, top-{summary['top_k']}) vs best of {summary['random_k']} random "
+             f"({summary['op']}, {summary['target']}, N={summary['feat']})", "",
              "| matrix | rows | nnz | tune / baseline | random / baseline | tune / vendor | tune meas. |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -183,6 +184,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-rows", type=int, default=60000)
     parser.add_argument("--feat", type=int, default=128)
     parser.add_argument("--top-k", type=int, default=tuner.DEFAULT_TOP_K)
+    parser.add_argument("--budget", type=int, default=tuner.DEFAULT_BUDGET,
+                        help="tune --budget: sampled configs measured to fine-tune the model before ranking")
     parser.add_argument("--random", type=int, default=48, help="random configs measured (besides the baseline)")
     parser.add_argument("--threads", type=int, default=None, help="llvm: kernel threads (default: all cores)")
     parser.add_argument("--seed", type=int, default=0)
@@ -208,7 +211,7 @@ def main(argv=None) -> int:
         log.info("%s: %dx%d, nnz %d", name, *matrix.shape, matrix.nnz)
         row = evaluate_matrix(name, matrix, op=args.op, backend=backend, feat=args.feat, top_k=args.top_k,
                               random_k=args.random, seed=args.seed, pretrained_root=args.pretrained_dir,
-                              vendor=not args.no_vendor, oracle=args.oracle)
+                              vendor=not args.no_vendor, oracle=args.oracle, budget=args.budget)
         with results_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         rows.append(row)

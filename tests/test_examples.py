@@ -81,11 +81,13 @@ def test_tune_eval_benchmark_at_test_size(shipped, tmp_path):
 def test_tune_eval_spade_oracle(shipped, tmp_path):
     out = tmp_path / "tune_eval_spade"
     _run_benchmark("tune_eval.py", "--target", "spade", "--oracle", "--no-vendor", "--matrices", 2, "--min-rows", 300,
-                   "--max-rows", 400, "--random", 4, "--top-k", 2, "--feat", 32, "--pretrained-dir", shipped,
-                   "--out", out)
+                   "--max-rows", 400, "--random", 4, "--top-k", 2, "--budget", 3, "--feat", 32, "--pretrained-dir",
+                   shipped, "--out", out)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 2
     for r in rows:
+        # baseline + 3 fine-tuning samples + top-2 (fewer when the ranking's top repeats a measured config)
+        assert 4 < r["tune_measurements"] <= 1 + 3 + 2
         # the simulator is deterministic: the oracle is the fastest of all 256 configs, so no pick beats it
         assert r["oracle_whole_space"] and r["oracle_configs"] == 256
         assert 0 < r["tune_oracle_fraction"] <= 1 and 0 < r["random_oracle_fraction"] <= 1
