@@ -115,8 +115,11 @@ def model_card(args, frame, split, results, model, seconds) -> str:
     train = model.config.train
     metric = f"val_{train.select_metric}"
     best_epoch = max(model.history, key=lambda r: r.get(metric, -1)) if model.history else {}
-    loss = "pairwise margin ranking loss" + (", pairs weighted by |log time ratio|"
-                                             if train.pair_weighting == "log_ratio" else "")
+    if train.loss == "slowdown":
+        loss = "regression of each config's ln(time / the matrix's best time) (`train.loss = \"slowdown\"`)"
+    else:
+        loss = "pairwise margin ranking loss" + (", pairs weighted by |log time ratio|"
+                                                 if train.pair_weighting == "log_ratio" else "")
     command = " ".join(["python benchmarks/pretrain.py"] + sys.argv[1:])
     threads = sorted({json.loads(b).get("num_threads") for b in frame["backend"].unique()}, key=str)
     threads = ", ".join(str(t) for t in threads)

@@ -8,7 +8,8 @@ import torch
 from cognate_tvm.baselines import RandomRanker
 from cognate_tvm.errors import ModelVersionError
 from cognate_tvm.model import CognateCostModel
-from cognate_tvm.train import evaluate, pair_accuracy, pairwise_margin_loss, validation_metrics
+from cognate_tvm.train import (SLOWDOWN_CAP, evaluate, pair_accuracy, pairwise_margin_loss, slowdown_loss,
+                               validation_metrics)
 from toy_space import ToyAccelSpace, ToySpace, fast_model_config, measured_groups, real_spaces, small_corpus
 
 torch.set_num_threads(1)  # small ops: one thread is faster on a shared 2-core machine
@@ -198,3 +199,21 @@ def test_log_ratio_weighting_ignores_near_ties():
     assert loss(wrong_on_gap, "log_ratio") > 1.0
     with pytest.raises(ValueError, match="unknown pair weighting"):
         loss(wrong_on_tie, "square")
+
+
+def test_slowdown_loss_targets_log_slowdown_and_trains(corpus):
+    times = torch.tensor([2.0, 1.0, 4.0, 1e6])
+    exact = torch.log(times / times.min()).clamp(max=SLOWDOWN_CAP)
+    assert slowdown_loss(exact, times) == pytest.approx(0.0)
+    assert slowdown_loss(exact + 1.0, times) == pytest.approx(1.0)
+    train, _ = corpus
+    space = ToySpace("spmm")
+    names = sorted(train)
+    groups = measured_groups(space, {n: train[n] for n in names[:12]}, configs_per_matrix=32)
+    val = measured_groups(space, {n: train[n] for n in names[12:]}, configs_per_matrix=32)
+    model = CognateCostModel(fast_model_config(**{"train.epochs": 8, "train.loss": "slowdown"}), seed=1)
+    model.fit(groups, space=space, val_groups=val)
+    assert model.history[-1]["loss"] < model.history[0]["loss"]
+    assert pair_accuracy(model, val, space=space) > 0.6
+    with pytest.raises(ValueError, match="unknown loss 'hinge'"):
+        CognateCostModel(fast_model_config(**{"train.loss": "hinge"}), seed=0).fit(groups, space=space)

@@ -83,6 +83,29 @@ def pairwise_margin_loss(scores: torch.Tensor, times: torch.Tensor, *, pairs: in
     return (hinge * weight).sum() / weight.sum().clamp(min=1e-12)
 
 
+LOSSES = ("pairwise", "slowdown")
+SLOWDOWN_CAP = 3.0  # ln(t / t_best) above this (20x) counts as 20x: timeouts and outliers do not dominate
+
+
+def slowdown_loss(scores: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
+    """Mean squared error between scores and ln(t / t_best) of one group (capped at SLOWDOWN_CAP).
+
+    The target is the best fixed config's statistic (its mean over matrices), so
+    a model can learn that config-only order and correct it per matrix; the
+    score stays a ranking score (lower = faster).
+    """
+    target = torch.log(times / times.min()).clamp(max=SLOWDOWN_CAP)
+    return torch.mean((scores - target) ** 2)
+
+
+def group_loss(scores: torch.Tensor, times: torch.Tensor, train, generator: torch.Generator) -> torch.Tensor:
+    """The training loss of one group's scores under TrainConfig `train`."""
+    if train.loss == "slowdown":
+        return slowdown_loss(scores, times)
+    return pairwise_margin_loss(scores, times, pairs=train.pairs_per_matrix, margin=train.margin,
+                                generator=generator, weighting=train.pair_weighting)
+
+
 def _set_trainable(model, frozen: set[str]) -> list[torch.nn.Parameter]:
     from .model.predictor import COMPONENTS
 
@@ -112,6 +135,8 @@ def train_ranking(model, groups: Sequence[Group], *, space: Space, epochs: int, 
     from tqdm.auto import tqdm
 
     t = model.config.train
+    if t.loss not in LOSSES:
+        raise ValueError(f"unknown loss {t.loss!r}; valid: {', '.join(LOSSES)}")
     if t.select_metric not in SELECT_METRICS:
         raise ValueError(f"unknown select_metric {t.select_metric!r}; valid: {', '.join(SELECT_METRICS)}")
     encoder = model.encoder_for(space)
@@ -142,8 +167,7 @@ def train_ranking(model, groups: Sequence[Group], *, space: Space, epochs: int, 
             scores = model.net.score(emb_rows, torch.cat([item.shared for item in batch]),
                                      torch.cat([item.log2_feat for item in batch]),
                                      torch.cat([item.knobs for item in batch]), encoder)
-            loss = sum(pairwise_margin_loss(part, item.times, pairs=t.pairs_per_matrix, margin=t.margin,
-                                            generator=generator, weighting=t.pair_weighting)
+            loss = sum(group_loss(part, item.times, t, generator)
                        for part, item in zip(torch.split(scores, sizes), batch)) / len(batch)
             loss.backward()
             total = loss.item()

@@ -54,6 +54,7 @@ class TrainConfig:
     pairs_per_matrix: int = 256
     margin: float = 1.0
     train_featurizer: bool = True   # pre-training updates the featurizer (else embeddings are cached)
+    loss: str = "pairwise"          # "pairwise" (margin ranking) or "slowdown" (regress log t / t_best)
     pair_weighting: str = "uniform"  # "uniform", or "log_ratio": pairs weighted by |log t_a/t_b| (capped)
     select_metric: str = "pair_accuracy"  # validation picks the epoch on "pair_accuracy" or "top1_fraction"
     finetune_epochs: int = 60
