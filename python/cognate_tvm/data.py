@@ -234,6 +234,8 @@ def collect(backend, op: str | Op, matrices: Mapping[str, object] | Iterable, co
 
     path = Path(path)
     _check_meta(path, create=True)
+    for stale in path.glob(".*.parquet.*.tmp"):  # a part a killed run was writing: it is measured again
+        stale.unlink(missing_ok=True)
     tasks = plan_tasks(op, backend.platform, matrices, configs, feat=feat, check=check, seed=seed, chunk=chunk)
     todo = [t for t in tasks if not (path / t.part).exists()]
     logger.info("collect: %d of %d tasks to measure into %s", len(todo), len(tasks), path)
