@@ -99,13 +99,13 @@ def oracle_report(oracle, sweep, random_pick) -> dict:
     sweep's best with the oracle's time, which is exact on a deterministic
     simulator and within timing noise on hardware.
     """
-    base = next((r for r in sweep if r.ok and r.config == sweep[0].config), None)
+    base_ms = sweep[0].time_ms if sweep[0].ok else None  # the sweep starts with the baseline
     random_ms = random_pick.best.time_ms if random_pick.best is not None else None
     return {"oracle_ms": oracle.time_ms, "oracle_config": oracle.config.to_dict(),
             "oracle_whole_space": oracle.whole_space, "oracle_configs": oracle.configs_measured,
             "tune_oracle_fraction": oracle.fraction,
             "random_oracle_fraction": _ratio(oracle.time_ms, random_ms),
-            "baseline_oracle_fraction": _ratio(oracle.time_ms, base.time_ms if base else None)}
+            "baseline_oracle_fraction": _ratio(oracle.time_ms, base_ms)}
 
 
 def _ratio(a, b):

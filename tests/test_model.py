@@ -159,12 +159,19 @@ def test_scores_every_config_of_a_real_space(space, corpus):
         assert model.encoder_reports[space.platform].exact_fraction == 1.0
 
 
-def test_validation_keeps_the_best_epoch(corpus):
-    train, test = corpus
+@pytest.fixture(scope="module")
+def toy_split(corpus):
+    """ToySpace SpMM groups: 12 training matrices and the rest for validation, 32 configs each."""
+    train, _ = corpus
     space = ToySpace("spmm")
     names = sorted(train)
     groups = measured_groups(space, {n: train[n] for n in names[:12]}, configs_per_matrix=32)
     val = measured_groups(space, {n: train[n] for n in names[12:]}, configs_per_matrix=32)
+    return space, groups, val
+
+
+def test_validation_keeps_the_best_epoch(toy_split):
+    space, groups, val = toy_split
     model = CognateCostModel(fast_model_config(**{"train.epochs": 6}), seed=3)
     model.fit(groups, space=space, val_groups=val)
     accs = [h["val_pair_accuracy"] for h in model.history]
@@ -172,12 +179,8 @@ def test_validation_keeps_the_best_epoch(corpus):
     assert pair_accuracy(model, val, space=space) == pytest.approx(max(accs))
 
 
-def test_validation_can_keep_the_best_top1_epoch(corpus):
-    train, _ = corpus
-    space = ToySpace("spmm")
-    names = sorted(train)
-    groups = measured_groups(space, {n: train[n] for n in names[:12]}, configs_per_matrix=32)
-    val = measured_groups(space, {n: train[n] for n in names[12:]}, configs_per_matrix=32)
+def test_validation_can_keep_the_best_top1_epoch(toy_split):
+    space, groups, val = toy_split
     config = fast_model_config(**{"train.epochs": 5, "train.select_metric": "top1_fraction",
                                   "train.pair_weighting": "log_ratio"})
     model = CognateCostModel(config, seed=3).fit(groups, space=space, val_groups=val)
@@ -201,16 +204,12 @@ def test_log_ratio_weighting_ignores_near_ties():
         loss(wrong_on_tie, "square")
 
 
-def test_slowdown_loss_targets_log_slowdown_and_trains(corpus):
+def test_slowdown_loss_targets_log_slowdown_and_trains(toy_split):
     times = torch.tensor([2.0, 1.0, 4.0, 1e6])
     exact = torch.log(times / times.min()).clamp(max=SLOWDOWN_CAP)
     assert slowdown_loss(exact, times) == pytest.approx(0.0)
     assert slowdown_loss(exact + 1.0, times) == pytest.approx(1.0)
-    train, _ = corpus
-    space = ToySpace("spmm")
-    names = sorted(train)
-    groups = measured_groups(space, {n: train[n] for n in names[:12]}, configs_per_matrix=32)
-    val = measured_groups(space, {n: train[n] for n in names[12:]}, configs_per_matrix=32)
+    space, groups, val = toy_split
     model = CognateCostModel(fast_model_config(**{"train.epochs": 8, "train.loss": "slowdown"}), seed=1)
     model.fit(groups, space=space, val_groups=val)
     assert model.history[-1]["loss"] < model.history[0]["loss"]

@@ -200,28 +200,24 @@ SELECT_METRICS = ("pair_accuracy", "top1_fraction")
 
 
 def validation_metrics(model, groups: Sequence[Group], *, space: Space) -> dict[str, float]:
-    """Validation pair accuracy and top-1 fraction (best time / time of the top-scored config), means."""
-    from .metrics import ordered_pair_accuracy
+    """Validation pair accuracy (mean) and top-1 fraction (geomean of best time / top-scored config's time)."""
+    from .metrics import geomean, ordered_pair_accuracy, top_k_time
 
     pairs, top1 = [], []
     for g in groups:
         times = np.asarray(g.times_ms, dtype=float)
-        scores = model.predict(g.matrix, list(g.configs), space=space, feat=g.feat)
+        scores = np.asarray(model.predict(g.matrix, list(g.configs), space=space, feat=g.feat))
         ok = np.isfinite(times)
         pairs.append(ordered_pair_accuracy(times, scores))
         if ok.any():
-            top1.append(np.nanmin(times) / times[ok][np.argmin(np.asarray(scores)[ok])])
+            top1.append(times[ok].min() / top_k_time(times[ok], scores[ok], 1, float("nan")))
     return {"val_pair_accuracy": float(np.nanmean(pairs)) if pairs else float("nan"),
-            "val_top1_fraction": float(np.exp(np.mean(np.log(top1)))) if top1 else float("nan")}
+            "val_top1_fraction": geomean(top1)}
 
 
 def pair_accuracy(model, groups: Sequence[Group], *, space: Space) -> float:
     """Mean ordered-pair accuracy of `model` over `groups`."""
-    from .metrics import ordered_pair_accuracy
-
-    values = [ordered_pair_accuracy(g.times_ms, model.predict(g.matrix, list(g.configs), space=space, feat=g.feat))
-              for g in groups]
-    return float(np.nanmean(values)) if values else float("nan")
+    return validation_metrics(model, groups, space=space)["val_pair_accuracy"]
 
 
 def evaluate(model, groups: Sequence[Group], *, space: Space, k: int = 5,
