@@ -721,7 +721,7 @@ def parse_args(argv):
                                                          "measure a small one under OUT")
     parser.add_argument("--cpu-corpus", default=None, help="the corpus spec the CPU dataset was collected on")
     parser.add_argument("--cpu-min-rows", type=int, default=1000)
-    parser.add_argument("--cpu-max-rows", type=int, default=30000)
+    parser.add_argument("--cpu-max-rows", type=int, default=1_000_000)
     parser.add_argument("--pool-matrices", type=int, default=None,
                         help="use the first N matrices of the pool corpus (caps NT sizes at N)")
     parser.add_argument("--eval-matrices", type=int, default=None,
