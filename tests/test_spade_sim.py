@@ -192,6 +192,15 @@ def test_backend_measures_and_reports_cycles(graph):
     assert slow.measure("spmm", graph, configs[:1], 64)[0].time_ms > good.time_ms
 
 
+def test_backend_says_once_that_it_cannot_check_outputs(graph, caplog):
+    backend = backends.create("spade", workers=1)
+    baseline = SpadeSpace("spmm").baseline()
+    with caplog.at_level("INFO", logger="cognate_tvm.backends.spade"):
+        for _ in range(3):
+            backend.measure(SPMM, graph, [baseline], 32, check=True)
+    assert sum("computes no outputs" in r.getMessage() for r in caplog.records) == 1
+
+
 def test_backend_is_picklable():
     import pickle
 
