@@ -119,3 +119,13 @@ def test_space_imports_without_torch_or_tvm():
             "print(sorted(m for m in ('torch', 'tvm') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_candidates_follow_the_thread_count(space):
+    serial, parallel = space.candidates(1), space.candidates(4)
+    assert serial and all(not c.parallel and c.chunk == 0 for c in serial)
+    assert parallel and all(c.parallel for c in parallel)
+    assert sorted(map(str, serial + parallel)) == sorted(map(str, space.configs()))
+    assert space.candidates(None) == space.configs()
+    spade = create("spade", space.op.name)
+    assert spade.candidates(4) == spade.configs()  # no thread knob: nothing narrows

@@ -1,10 +1,11 @@
 """The tuner library: samples, the oracle's configs, shipped-model loading, backend creation, kernels written out."""
 import json
+import zlib
 
 import pytest
 
 from cognate_tvm import space, tuner
-from cognate_tvm.backends.base import MeasureResult
+from cognate_tvm.backends.base import Backend, MeasureResult
 from cognate_tvm.backends.spade import SpadeBackend
 from cognate_tvm.errors import PretrainedNotFoundError, UnknownKindError
 from cognate_tvm.matrix import generate
@@ -83,3 +84,27 @@ def test_tune_validates_its_arguments(shipped):
                             ({"feat": 0}, "feat must be >= 1")):
         with pytest.raises(ValueError, match=message):
             tuner.tune("spmm", matrix, backend=backend, pretrained_root=shipped, **{"feat": 16, **kwargs})
+
+
+class _ThreadedCPU(Backend):
+    """A CPU backend stand-in: seeded times per config, kernels 'run' on `threads` threads."""
+
+    target, platform = "fake-cpu", "cpu"
+
+    def __init__(self, threads):
+        self.threads = threads
+
+    def kernel_threads(self):
+        return self.threads
+
+    def measure(self, op, matrix, configs, feat, *, check=False, seed=0):
+        return [MeasureResult(c, 1.0 + zlib.crc32(str(c).encode()) % 97 / 100, correct=True if check else None)
+                for c in configs]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tune_ranks_the_configs_of_the_backend_thread_count(shipped, threads):
+    matrix = generate("rmat", 200, seed=1)
+    tuned = tuner.tune("spmm", matrix, backend=_ThreadedCPU(threads), feat=16, pretrained_root=shipped, top_k=4)
+    picked = [r.config for r in tuned.measured[1:]]  # after the baseline
+    assert len(picked) == 4 and all(c.parallel == (threads > 1) for c in picked)

@@ -339,7 +339,8 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
             tuned.notes.append(f"only {succeeded} of {len(results)} sampled configs ran; the model was not "
                                f"fine-tuned")
             log.warning(tuned.notes[-1])
-    ranked = model.rank(matrix, platform_space.configs(), space=platform_space, feat=feat)
+    ranked = model.rank(matrix, platform_space.candidates(backend.kernel_threads()), space=platform_space,
+                        feat=feat)
     rank_of = {config: n + 1 for n, config in enumerate(ranked)}
     measured = {r.config for r in results}
     top = [c for c in ranked if c not in measured][:top_k]
@@ -558,7 +559,8 @@ def compile_top_k(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat
     notes: list[str] = []
     if model is None:
         model, model_source, notes = load_shipped_model(op, backend.platform, root=pretrained_root)
-    ranked = model.rank(matrix, platform_space.configs(), space=platform_space, feat=feat)[:top_k]
+    ranked = model.rank(matrix, platform_space.candidates(backend.kernel_threads()), space=platform_space,
+                        feat=feat)[:top_k]
     directory = Path(directory)
     kernels = []
     for n, config in enumerate(ranked, start=1):

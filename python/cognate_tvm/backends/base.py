@@ -66,6 +66,10 @@ class Backend(ABC):
         """The vendor library this target is compared with, if one is available here."""
         return None
 
+    def kernel_threads(self) -> int | None:
+        """The CPU threads each kernel runs on, for targets where that is a setting (else None)."""
+        return None
+
     def metadata(self) -> dict:
         """What a merged dataset needs to know about where results came from."""
         return {"target": self.target, "platform": self.platform, "host": _platform.node(),

@@ -111,6 +111,9 @@ class LLVMBackend(Backend):
     def kernel_cache(self):
         return self._cache
 
+    def kernel_threads(self) -> int:
+        return self.num_threads
+
     def vendor(self) -> VendorLibrary:
         """MKL (this backend's thread count) when sparse_dot_mkl finds its runtime, else scipy.
 

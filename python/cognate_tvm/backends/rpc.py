@@ -349,6 +349,9 @@ class RPCLLVMBackend(RPCBackend):
     def num_threads(self) -> int:
         return self.builder.num_threads
 
+    def kernel_threads(self) -> int:
+        return self.builder.num_threads
+
     @property
     def mcpu(self) -> str | None:
         """The LLVM CPU the kernels are compiled for (what `tuner.write_kernel` exports with)."""

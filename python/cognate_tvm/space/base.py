@@ -101,6 +101,13 @@ class Space(ABC):
     def configs(self) -> list[Config]:
         """Every valid config, in a fixed order."""
 
+    def candidates(self, threads: int | None = None) -> list[Config]:
+        """The configs worth ranking for kernels that run on `threads` threads (None: not known).
+
+        Every config here; a space whose knobs follow the thread count narrows it.
+        """
+        return self.configs()
+
     @abstractmethod
     def baseline(self) -> Config:
         """The fixed default the tuned result is compared against."""

@@ -148,6 +148,18 @@ class CPUSpace(Space):
             self._configs = list(_enumerate())
         return list(self._configs)
 
+    def candidates(self, threads: int | None = None) -> list[CPUConfig]:
+        """The serial configs for one thread, the parallel ones for more (all when `threads` is None).
+
+        The shipped models learn from single-thread timings, where `parallel` and
+        `chunk` carry no signal, so they cannot choose those knobs: the thread
+        count does. On one thread a parallel kernel is the serial one plus pool
+        overhead; on several, a serial kernel leaves cores idle.
+        """
+        if threads is None:
+            return self.configs()
+        return [c for c in self.configs() if c.parallel == (threads > 1)]
+
     def baseline(self) -> CPUConfig:
         """Row-parallel plain CSR: each row's nonzeros update its whole (vectorized) output row.
 
