@@ -100,6 +100,9 @@ class Params:
     nt_sizes: tuple[int, ...] = (5, 100, 1000)
     seeds: tuple[int, ...] = (0, 1, 2)
     top_k: int = 5
+    # what every recipe choice (grid point, epoch) maximises on validation: "pair_accuracy" or
+    # "top1_fraction"; None = the shipped CPU model's own train.select_metric
+    select_metric: str | None = None
     finetune_epochs: int = 60
     lrs: tuple[float, ...] = (1e-4, 5e-4, 2e-3)
     freezes: tuple[tuple[str, ...], ...] = (("featurizer",), ("featurizer", "config"))
@@ -286,6 +289,16 @@ def val_score(model: RankingModel, val: Sequence[Group], space, k: int) -> dict:
     return summary
 
 
+# train.select_metric names -> evaluate_groups summary keys
+SUMMARY_KEY = {"pair_accuracy": "pair_accuracy", "top1_fraction": "oracle_fraction_top1"}
+
+
+def better(metrics: dict, best: tuple | None, select: str) -> bool:
+    """Whether validation `metrics` beat the best recipe so far (`best` = (model, recipe) or None)."""
+    key = SUMMARY_KEY[select]
+    return best is None or metrics[key] > best[1]["val"][key]
+
+
 def best_epoch(model: CognateCostModel, phase_rows: int) -> int | None:
     metric = f"val_{model.config.train.select_metric}"
     rows = [r for r in model.history[-phase_rows:] if metric in r] if phase_rows else []
@@ -294,7 +307,7 @@ def best_epoch(model: CognateCostModel, phase_rows: int) -> int | None:
 
 def finetune_on_validation(base: CognateCostModel, finetune: Sequence[Group], val: Sequence[Group], spade,
                            params: Params, seed: int, freezes=None) -> tuple[CognateCostModel, dict]:
-    """Fine-tune copies of `base` with every recipe of the grid; keep the best on validation pair accuracy."""
+    """Fine-tune copies of `base` with every recipe of the grid; keep the best on validation (`params.select_metric`)."""
     base.encoder_for(spade)  # the SPADE knob encoder: unsupervised, trained once on the whole space
     grid = [(("everything",), 0.0, 0)] + [(tuple(f), lr, params.finetune_epochs)
                               for f in (params.freezes if freezes is None else freezes) for lr in params.lrs]
@@ -309,7 +322,7 @@ def finetune_on_validation(base: CognateCostModel, finetune: Sequence[Group], va
         recipe = {"freeze": list(freeze), "lr": lr, "epochs_max": epochs,
                   "epoch_kept": best_epoch(model, epochs), "val": metrics}
         tried.append(recipe)
-        if best is None or metrics["pair_accuracy"] > best[1]["val"]["pair_accuracy"]:
+        if better(metrics, best, params.select_metric):
             best = (model, recipe)
     model, recipe = best
     return model, {**recipe, "grid": tried}
@@ -328,7 +341,7 @@ def train_no_transfer(nt_base: CognateCostModel, groups: Sequence[Group], val: S
         recipe = {"lr": lr, "epochs_max": params.nt_epochs, "epoch_kept": best_epoch(model, params.nt_epochs),
                   "val": metrics}
         tried.append(recipe)
-        if best is None or metrics["pair_accuracy"] > best[1]["val"]["pair_accuracy"]:
+        if better(metrics, best, params.select_metric):
             best = (model, recipe)
     return best[0], {**best[1], "grid": tried}
 
@@ -342,7 +355,7 @@ def xgboost_on_validation(source_model, finetune, val, spade, params: Params) ->
             model.finetune(finetune, space=spade)
         metrics = val_score(model, val, spade, params.top_k)
         tried.append({"rounds": rounds, "val": metrics})
-        if best is None or metrics["pair_accuracy"] > best[1]["val"]["pair_accuracy"]:
+        if better(metrics, best, params.select_metric):
             best = (model, tried[-1])
     return best[0], {**best[1], "grid": tried}
 
@@ -413,6 +426,9 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
     timings["cpu_data"] = time.perf_counter() - start
     start = time.perf_counter()
     cpu_model, cpu_model_info = load_cpu_model(op, args, cpu_train, cpu_val, params)
+    # one validation statistic for every choice of every method: recipes, epochs, boosting rounds
+    params = dataclasses.replace(params, select_metric=params.select_metric or cpu_model.config.train.select_metric)
+    cpu_model.config = cpu_model.config.replace(**{"train.select_metric": params.select_metric})
     cpu_model.encoder_for(spade)
     warm_embeddings(cpu_model, [*data.val, *data.test])
     timings["cpu_model"] = time.perf_counter() - start
@@ -515,6 +531,7 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
     info = {
         "op": op, "feat": params.feat, "timings_s": timings, "cpu_data": cpu_info, "cpu_model": cpu_model_info,
         "validation_matrices": [g.name for g in data.val], "validation_samples": n_val,
+        "select_metric": params.select_metric,
         "test_matrices": [g.name for g in data.test], "pool_matrices": len(data.pool),
         "test_nnz": [int(g.matrix.nnz) for g in data.test],
         "headroom": {"test_oracle_over_baseline": headroom["speedup_oracle"],
@@ -565,7 +582,8 @@ def ship(op: str, candidate, result: dict, params: Params, args, test_groups: Se
 - Validation: {len(info['validation_matrices'])} matrices of `{params.eval_corpus}`
   ({params.eval_min_rows}-{params.eval_max_rows} rows) x {params.val_configs} sampled configs
   ({info['validation_samples']} samples); it chose the recipe: frozen {', '.join(recipe['freeze']) or 'nothing'},
-  lr {recipe['lr']}, epoch {recipe['epoch_kept']} of {recipe['epochs_max']} (best validation pair accuracy).
+  lr {recipe['lr']}, epoch {recipe['epoch_kept']} of {recipe['epochs_max']} (best validation
+  {info['select_metric'].replace('_', ' ')}).
 - Target samples used: {test_row['target_samples']:.0f} (fine-tune + validation).
 - Test: {len(info['test_matrices'])} other matrices of the evaluation corpus, all 256 configs each; oracle / baseline
   config {info['headroom']['test_oracle_over_baseline']:.3f}x, best fixed config in hindsight / oracle
@@ -629,7 +647,8 @@ def write_markdown(op: str, result: dict, params: Params, path: Path, command: s
              "in hindsight (chosen on the test set itself) reaches "
              f"**{h['test_best_fixed_in_hindsight_over_oracle']:.3f}**"
              f" of the oracle.",
-             f"Validation (every method, every choice): {len(info['validation_matrices'])} matrices x "
+             f"Validation (every method, every choice, by {info['select_metric'].replace('_', ' ')}): "
+             f"{len(info['validation_matrices'])} matrices x "
              f"{params.val_configs} configs = {info['validation_samples']} samples, counted in target samples. "
              f"Target training matrices: seeded draws from a pool of {info['pool_matrices']} matrices of "
              f"`{params.pool_corpus}` ({params.pool_min_rows}-{params.pool_max_rows} rows) x {params.pool_configs} "
@@ -711,6 +730,8 @@ def parse_args(argv):
     parser.add_argument("--size", choices=sorted(SIZES), default="ci")
     parser.add_argument("--ops", nargs="+", choices=("spmm", "sddmm"), default=None)
     parser.add_argument("--seeds", type=int, nargs="+", default=None)
+    parser.add_argument("--select-metric", choices=("pair_accuracy", "top1_fraction"), default=None,
+                        help="the validation statistic every choice maximises (default: the CPU model's own)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/transfer"))
     parser.add_argument("--data-root", type=Path, default=None,
                         help="where the SPADE datasets live (spade_eval_<op>, spade_pool_<op>); default OUT/data")
@@ -748,6 +769,8 @@ def parse_args(argv):
         changes["seeds"] = tuple(args.seeds)
     if args.threads:
         changes["threads"] = args.threads
+    if args.select_metric:
+        changes["select_metric"] = args.select_metric
     # a synthetic corpus' first N entries are synthetic:N:SEED (same sizes range): a prefix of the data
     if args.pool_matrices:
         seed = params.pool_corpus.split(":")[2]

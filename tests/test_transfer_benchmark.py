@@ -31,7 +31,7 @@ def test_transfer_benchmark_test_size(tmp_path, monkeypatch):
     out, root = tmp_path / "out", tmp_path / "pretrained"
     argv = ["--size", "test", "--ops", "spmm", "--out", str(out), "--cpu-model", "pretrain", "--ablations",
             "--ship", "--pretrained-root", str(root), "--kernel-cache", str(tmp_path / "kernels"),
-            "--no-progress", "--threads", "1"]
+            "--no-progress", "--threads", "1", "--select-metric", "top1_fraction"]
     assert bench.main(argv) == 0
     params = bench.SIZES["test"]
 
@@ -78,10 +78,13 @@ def test_transfer_benchmark_test_size(tmp_path, monkeypatch):
     assert summary["zero_shot"]["target_samples"] == summary["random"]["target_samples"] == 0
     assert set(result["recipes"]["tl3"]["0"]["finetune_matrices"]) < set(result["recipes"]["tl5"]["0"]
                                                                         ["finetune_matrices"])
-    # validation picked each recipe: the kept one has the best validation pair accuracy of its grid
+    # validation picked each recipe: the kept one has the best validation top-1 of its grid (--select-metric;
+    # the CPU model pre-trained here selects by pair accuracy, so the flag overrode it)
+    assert info["select_metric"] == "top1_fraction"
     for method in ("tl5", "nt10", "waco_fm", "xgboost"):
         recipe = result["recipes"][method]["0"]
-        assert recipe["val"]["pair_accuracy"] == max(r["val"]["pair_accuracy"] for r in recipe["grid"])
+        top1 = [r["val"]["oracle_fraction_top1"] for r in recipe["grid"]]
+        assert recipe["val"]["oracle_fraction_top1"] == max(top1)
 
     # the shipped TL5 model: package-style directory with a card; loads and scores like the reported TL5
     from cognate_tvm.model.pretrained import load_pretrained
@@ -122,5 +125,6 @@ def test_sizes_are_consistent(monkeypatch):
     params, _ = bench.parse_args(["--size", "full", "--pool-matrices", "300", "--eval-matrices", "30"])
     assert params.nt_sizes == (5, 100, 300) and params.pool_corpus.startswith("synthetic:300:")
     assert params.eval_corpus == "synthetic:30:1101"
+    assert params.select_metric is None  # None: the CPU model's own train.select_metric
     with pytest.raises(SystemExit):
         bench.parse_args(["--cpu-data", "/nowhere"])  # needs --cpu-corpus too
