@@ -67,7 +67,8 @@ import numpy as np
 
 from cognate_tvm import backends, baselines
 from cognate_tvm.collect import config_sample
-from cognate_tvm.data import Group, collect, groups_from_frame, load_frame, select, split_by_matrix
+from cognate_tvm.data import (Group, collect, groups_from_frame, load_frame, pick_across_sizes, select,
+                              split_by_matrix)
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.metrics import evaluate_group, summarize
 from cognate_tvm.model import ModelConfig
@@ -205,9 +206,10 @@ def target_data(op: str, params: Params, root: Path, *, progress: bool) -> Targe
         raise ValueError("the evaluation corpus and the pool share matrices: change a corpus seed")
     evaluation = _collect(op, eval_entries, len(spade.configs()), root / f"spade_eval_{op}", params, progress)
     pool = _collect(op, pool_entries, params.pool_configs, root / f"spade_pool_{op}", params, progress)
-    names = [g.name for g in evaluation]
-    n_val = params.val_matrices / len(names)
-    _, val_names, test_names = split_by_matrix(names, fractions=(0.0, n_val, 1.0 - n_val), seed=params.split_seed)
+    # validation: one matrix per nnz stratum, so that it holds large matrices, where the choice matters
+    val_names = set(pick_across_sizes({g.name: g.matrix.nnz for g in evaluation}, params.val_matrices,
+                                      seed=params.split_seed))
+    test_names = [g.name for g in evaluation if g.name not in val_names]
     val = [_sample_group(g, params.val_configs, params.split_seed, spade.baseline())
            for g in select(evaluation, val_names)]
     return TargetData(val=val, test=select(evaluation, test_names), pool=pool,

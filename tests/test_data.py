@@ -6,7 +6,8 @@ import cognate_tvm
 import numpy as np
 import pytest
 
-from cognate_tvm.data import COLUMNS, collect, groups_from_frame, load_frame, matrix_hash, select, split_by_matrix
+from cognate_tvm.data import (COLUMNS, collect, groups_from_frame, load_frame, matrix_hash, pick_across_sizes, select,
+                              split_by_matrix)
 from cognate_tvm.errors import ModelVersionError
 from cognate_tvm.matrix import generate, generate_corpus
 from toy_space import FakeBackend, ToySpace, synthetic_time_ms
@@ -76,6 +77,19 @@ def test_groups_from_frame(tmp_path):
     assert [g.name for g in select(groups, ["m200"])] == ["m200"]
     with pytest.raises(KeyError, match="m100"):
         groups_from_frame(frame, space=space, matrices={"m150": mats["m150"]})
+
+
+def test_pick_across_sizes_takes_one_per_size_stratum():
+    sizes = {f"m{n}": n * 10 for n in range(20)}  # strata of 4: m0-m3, m4-m7, ...
+    picked = pick_across_sizes(sizes, 5, seed=0)
+    assert len(picked) == 5 == len(set(picked))
+    assert [int(name[1:]) // 4 for name in picked] == [0, 1, 2, 3, 4]
+    assert picked == pick_across_sizes(sizes, 5, seed=0)
+    assert any(pick_across_sizes(sizes, 5, seed=s) != picked for s in range(1, 6))
+    assert pick_across_sizes(sizes, 20, seed=3) == sorted(sizes, key=sizes.get)
+    for bad in (0, 21):
+        with pytest.raises(ValueError, match=f"cannot pick {bad} of 20"):
+            pick_across_sizes(sizes, bad)
 
 
 def test_split_by_matrix_is_seeded_and_disjoint():

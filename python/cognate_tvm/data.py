@@ -294,6 +294,19 @@ def split_by_matrix(names: Sequence[str], *, fractions: tuple[float, float, floa
     return pick[:n_train], pick[n_train:n_train + n_val], pick[n_train + n_val:]
 
 
+def pick_across_sizes(sizes: Mapping[str, float], count: int, *, seed: int = 0) -> list[str]:
+    """`count` matrix names, one seeded draw from each of `count` equal strata of `sizes` (e.g. nnz).
+
+    A small validation set drawn uniformly can miss the large matrices, where
+    configuration choice matters most; one per size stratum cannot.
+    """
+    if not 1 <= count <= len(sizes):
+        raise ValueError(f"cannot pick {count} of {len(sizes)} matrices")
+    ordered = sorted(sizes, key=lambda name: (sizes[name], name))
+    rng = np.random.default_rng(seed)
+    return [str(stratum[rng.integers(len(stratum))]) for stratum in np.array_split(np.array(ordered), count)]
+
+
 def select(groups: Sequence[Group], names: Iterable[str]) -> list[Group]:
     """The groups whose matrix is in `names`."""
     wanted = set(names)

@@ -5,8 +5,10 @@
         [--oracle] [--oracle-sample N] [--out DIR] [--compile-only] [--seed S] [--vendor]
         [--json] [--quiet] [--arch sm_80|sm_90] [--rpc-tracker HOST:PORT --rpc-key KEY]
 
-The shipped cost model of the op and the target's platform ranks the whole
-space (a platform without one uses the CPU model zero-shot, with a note); the
+The shipped cost model of the op and the target's platform ranks the space
+(on the CPU, the configs of the kernel thread count: serial on one thread,
+parallel on more; a platform without a model uses the CPU model zero-shot,
+with a note); the
 baseline config and the model's top-k are measured; the fastest one whose
 output matches scipy's is re-timed side by side with the baseline and kept if
 it is faster (`cognate_tvm.tuner.tune`). ``--budget N`` first measures N

@@ -11,8 +11,10 @@ an op and platform), and tuning itself:
 >>> tuned.chosen.config, tuned.confirmed                                   # doctest: +SKIP
 
 `tune` (DESIGN.md, "Tuning"): the shipped model of the op and the backend's
-platform ranks the whole space (a platform without a shipped model uses the
-CPU model zero-shot, with a note); the baseline and the model's top-k are
+platform ranks the space's candidates for the backend's kernel threads
+(`Space.candidates`: all configs but on the CPU, where parallel or serial ones
+follow the thread count); a platform without a shipped model uses the CPU
+model zero-shot, with a note; the baseline and the model's top-k are
 measured; with ``budget=N`` a seeded sample of N configs is measured first
 and the loaded model is fine-tuned on it, from its pre-trained weights.
 The chosen config is the fastest measured one whose output, checked once
