@@ -125,6 +125,6 @@ def test_sizes_are_consistent(monkeypatch):
     params, _ = bench.parse_args(["--size", "full", "--pool-matrices", "300", "--eval-matrices", "30"])
     assert params.nt_sizes == (5, 100, 300) and params.pool_corpus.startswith("synthetic:300:")
     assert params.eval_corpus == "synthetic:30:1101"
-    assert params.select_metric is None  # None: the CPU model's own train.select_metric
+    assert params.select_metric == "pair_accuracy"
     with pytest.raises(SystemExit):
         bench.parse_args(["--cpu-data", "/nowhere"])  # needs --cpu-corpus too
