@@ -11,8 +11,8 @@ width of the CPU data, on two generated corpora (resumable datasets under
 ``--data-root``):
 
 - the *evaluation* corpus (``eval_corpus``, 1k-1M rows, all families, all 256
-  configs): a fixed seeded split into validation (``val_matrices``, of which a
-  fixed seeded sample of ``val_configs`` configs is used) and test (the rest);
+  configs): validation (``val_matrices``, one seeded draw per nnz stratum, of
+  which a fixed seeded sample of ``val_configs`` configs is used) and test (the rest);
 - the *pool* (``pool_corpus``, 1k-100k rows, ``pool_configs`` sampled configs +
   the baseline per matrix): the target training matrices. For each seed, a
   seeded permutation of the pool gives the k fine-tune matrices of TLk (the
@@ -21,8 +21,8 @@ width of the CPU data, on two generated corpora (resumable datasets under
 Every learned method sees the same validation data, which counts in its target
 samples; validation makes every choice (test is only scored):
 
-- COGNATE TLk: the shipped CPU model fine-tuned on k matrices; validation pair
-  accuracy picks the recipe among "no fine-tuning" and (frozen parts) x (lr) of
+- COGNATE TLk: the shipped CPU model fine-tuned on k matrices; validation
+  (``select_metric``, pair accuracy by default) picks the recipe among "no fine-tuning" and (frozen parts) x (lr) of
   ``freezes`` x ``lrs``, and the epoch (early stopping: best epoch kept);
 - NTn: the same network trained on n target matrices only (lr from ``nt_lrs``
   and the epoch chosen on validation);
@@ -102,9 +102,9 @@ class Params:
     seeds: tuple[int, ...] = (0, 1, 2)
     top_k: int = 5
     # what every recipe choice (grid point, epoch) maximises on validation: "pair_accuracy" or
-    # "top1_fraction" (None: the CPU model's own train.select_metric). Pair accuracy: over 5 validation
-    # matrices it averages ~25k pairs, top-1 only 5 picks, too few to choose among 7 recipes x 60 epochs.
-    select_metric: str | None = "pair_accuracy"
+    # "top1_fraction". Pair accuracy: over 5 validation matrices it averages ~25k pairs, top-1 only
+    # 5 picks, too few to choose among 7 recipes x 60 epochs.
+    select_metric: str = "pair_accuracy"
     finetune_epochs: int = 60
     lrs: tuple[float, ...] = (1e-4, 5e-4, 2e-3)
     freezes: tuple[tuple[str, ...], ...] = (("featurizer",), ("featurizer", "config"))
@@ -438,7 +438,6 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
     start = time.perf_counter()
     cpu_model, cpu_model_info = load_cpu_model(op, args, cpu_train, cpu_val, params)
     # one validation statistic for every choice of every method: recipes, epochs, boosting rounds
-    params = dataclasses.replace(params, select_metric=params.select_metric or cpu_model.config.train.select_metric)
     cpu_model.config = cpu_model.config.replace(**{"train.select_metric": params.select_metric})
     cpu_model.encoder_for(spade)
     warm_embeddings(cpu_model, [*data.val, *data.test])

@@ -350,7 +350,7 @@ class RPCLLVMBackend(RPCBackend):
         return self.builder.num_threads
 
     def kernel_threads(self) -> int:
-        return self.builder.num_threads
+        return self.num_threads
 
     @property
     def mcpu(self) -> str | None:
