@@ -9,11 +9,17 @@ MetaSchedule's default XGBoost model; ``random``) and each trial count
 fresh search (its own work dir and database) and the best record whose output
 matches scipy is kept. Per matrix, the best time any run found is the
 reference; each run's score is reference / its best time (1.0 = found the
-best). Reported as geomeans per (method, trials), with the issue's goal:
+best). Beside the searches, the best fixed config, leave one out: every
+run's best config is timed again (one build and `time_module` each) on every
+matrix, and on each matrix the config with the best geomean on the other
+matrices is scored against the best of those re-timed configs on this one (one
+timing source for both; a pick that fails on this matrix scores 0 and counts as
+failed). Reported as
+geomeans per (method, trials), with the issue's goal:
 CognateModel reaches 0.95 within 8 trials, where XGBoost needs at least 4x
 more trials. Outputs in --out: ``results.jsonl`` (one object per run; a rerun
 skips the runs already there), ``summary.json``, ``summary.md`` and
-``metaschedule_compare.png``.
+``metaschedule_compare.png``; ``fixed.jsonl`` holds the re-timed configs (resumed the same way).
 
     python benchmarks/metaschedule_compare.py --out benchmarks/results/ms_compare          # full: 5 matrices
     python benchmarks/metaschedule_compare.py --matrices 1 --trials 8 --min-rows 1000 --max-rows 1000 \\
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -82,7 +89,48 @@ def run_one(name, matrix, *, op, method, trials, feat, threads, seed, pretrained
     return row
 
 
-def summarize(rows: list[dict], methods, trials) -> dict:
+def time_run_configs(rows: list[dict], matrices, *, op, feat, threads, path: Path) -> dict:
+    """{matrix: {config json: ms or None}}: every run's best config timed on every matrix (resumes from `path`)."""
+    from cognate_tvm.kernels.cpu import cpu_target
+    from cognate_tvm.metaschedule import schedule_config, time_module
+    from cognate_tvm.space import create as create_space
+
+    space = create_space("cpu", op)
+    pool = sorted({space.config_from_dict(r["config"]).to_json() for r in rows if r.get("config")})
+    times: dict = {}
+    if path.is_file():
+        for r in map(json.loads, path.read_text().splitlines()):
+            times.setdefault(r["matrix"], {})[r["config"]] = r["time_ms"]
+    target = cpu_target(threads)
+    for name, matrix in matrices:
+        for config in (c for c in pool if c not in times.get(name, {})):
+            try:
+                mod = schedule_config(op, matrix, feat, space.config_from_json(config), workers=threads)
+                time_ms, error = time_module(op, mod, matrix, feat, target), None
+            except Exception as exc:  # a failing config is a result
+                time_ms, error = None, f"{type(exc).__name__}: {exc}"
+            times.setdefault(name, {})[config] = time_ms
+            with path.open("a") as f:
+                f.write(json.dumps({"matrix": name, "config": config, "time_ms": time_ms, "error": error}) + "\n")
+    return times
+
+
+def best_fixed_leave_one_out(times: dict) -> dict:
+    """{matrix: best-of-pool time / the time of the config with the best geomean on the other matrices}."""
+    out = {}
+    for name, own in times.items():
+        others = [t for other, t in times.items() if other != name]
+        configs = [c for c in own if others and all(t.get(c) for t in others)]
+        if not configs or not any(own.values()):
+            out[name] = None
+            continue
+        score = {c: np.mean([np.log(min(v for v in t.values() if v) / t[c]) for t in others]) for c in configs}
+        pick = max(score, key=score.get)
+        out[name] = min(v for v in own.values() if v) / own[pick] if own.get(pick) else 0.0
+    return out
+
+
+def summarize(rows: list[dict], methods, trials, fixed: dict | None = None) -> dict:
     best = {}
     for r in rows:
         if r["best_ms"]:
@@ -104,7 +152,10 @@ def summarize(rows: list[dict], methods, trials) -> dict:
                 return t
         return None
 
-    return {"table": table, "matrices": len(best), "goal_fraction": GOAL_FRACTION,
+    fixed_ok = [f for f in (fixed or {}).values() if f]
+    best_fixed = {"geomean_fraction": float(np.exp(np.mean(np.log(fixed_ok)))) if fixed_ok else None,
+                  "matrices": len(fixed or {}), "failed": len(fixed or {}) - len(fixed_ok), "per_matrix": fixed}
+    return {"table": table, "best_fixed": best_fixed, "matrices": len(best), "goal_fraction": GOAL_FRACTION,
             "trials_to_goal": {m: first_reaching(m) for m in methods},
             "goal": f"cognate >= {GOAL_FRACTION} within {min(trials)} trials; xgb needs >= 4x more"}
 
@@ -120,6 +171,11 @@ def markdown(summary: dict, methods, trials) -> str:
             g = cell["geomean_fraction"]
             cells.append(("-" if g is None else f"{g:.3f}") + (f" ({cell['failed']} failed)" if cell["failed"] else ""))
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    fixed = summary.get("best_fixed") or {}
+    if fixed.get("geomean_fraction") is not None:
+        lines += ["", f"best fixed config (chosen on the other matrices among the runs' best configs, all "
+                  f"re-timed): {fixed['geomean_fraction']:.3f} of the best re-timed config, 0 measurements"
+                  + (f" ({fixed['failed']} failed)" if fixed["failed"] else "")]
     reach = ", ".join(f"{m}: {t if t is not None else 'not reached'}" for m, t in summary["trials_to_goal"].items())
     lines += ["", f"{summary['matrices']} matrices; trials to reach {summary['goal_fraction']}: {reach}"]
     return "\n".join(lines) + "\n"
@@ -135,6 +191,9 @@ def plot(summary: dict, methods, trials, path: Path) -> None:
     for m in methods:
         ys = [summary["table"][f"{m}@{t}"]["geomean_fraction"] for t in trials]
         ax.plot(trials, [np.nan if y is None else y for y in ys], marker="o", label=m)
+    fixed = (summary.get("best_fixed") or {}).get("geomean_fraction")
+    if fixed is not None:
+        ax.axhline(fixed, color="black", ls=":", lw=1.0, label="best fixed (other matrices)")
     ax.axhline(summary["goal_fraction"], color="grey", ls="--", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.set_xticks(trials, [str(t) for t in trials])
@@ -158,8 +217,11 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1, help="search seed (>= 1)")
     parser.add_argument("--pretrained-dir", type=Path, default=None)
+    parser.add_argument("--no-fixed", action="store_true", help="skip the best-fixed-config baseline")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    # the re-timing runs in this process: size TVM's thread pool as the searches' runners do
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
     trials = sorted(set(args.trials))
@@ -169,7 +231,8 @@ def main(argv=None) -> int:
         done = {(r["matrix"], r["method"], r["trials"]): r
                 for r in map(json.loads, results_path.read_text().splitlines()) if r}
     rows = []
-    for name, matrix in eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows):
+    matrices = eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows)
+    for name, matrix in matrices:
         for method in args.methods:
             for t in trials:
                 key = (name, method, t)
@@ -182,7 +245,12 @@ def main(argv=None) -> int:
                 with results_path.open("a") as f:
                     f.write(json.dumps(row) + "\n")
                 rows.append(row)
-    summary = summarize(rows, args.methods, trials)
+    fixed = None
+    if not args.no_fixed:
+        times = time_run_configs(rows, matrices, op=args.op, feat=args.feat, threads=args.threads,
+                                 path=args.out / "fixed.jsonl")
+        fixed = best_fixed_leave_one_out(times)
+    summary = summarize(rows, args.methods, trials, fixed)
     summary["runs"] = rows
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     (args.out / "summary.md").write_text(markdown(summary, args.methods, trials))

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from cognate_tvm import baselines
@@ -51,10 +52,10 @@ METRICS = (("oracle_fraction_top1", "top-1 / best"), ("oracle_fraction_topk", "t
 
 
 def load_groups(args, space):
-    frame = load_frame(args.data)
+    frame = pd.concat([load_frame(path) for path in args.data], ignore_index=True)
     frame = frame[(frame["op"] == args.op) & (frame["platform"] == space.platform)]
     if frame.empty:
-        raise SystemExit(f"error: {args.data} holds no {args.op}/{space.platform} measurements")
+        raise SystemExit(f"error: {' '.join(map(str, args.data))} holds no {args.op}/{space.platform} measurements")
     corpus = {e.name: e for e in load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows)}
     groups = [g for g in groups_from_frame(frame, space=space, matrices=corpus) if len(g.configs) >= 2]
     return frame, groups
@@ -145,8 +146,9 @@ Rebuild: `{command}`
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--op", required=True, choices=("spmm", "sddmm"))
-    parser.add_argument("--data", required=True, help="dataset directory from cognate_tvm.collect")
-    parser.add_argument("--corpus", required=True, help="the corpus spec the data was collected on")
+    parser.add_argument("--data", required=True, nargs="+",
+                        help="dataset directories from cognate_tvm.collect (e.g. one per dense width)")
+    parser.add_argument("--corpus", required=True, help="the corpus spec all the data was collected on")
     parser.add_argument("--min-rows", type=int, default=1000)
     parser.add_argument("--max-rows", type=int, default=1_000_000)
     parser.add_argument("--epochs", type=int, default=30)

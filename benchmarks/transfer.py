@@ -22,8 +22,10 @@ Every learned method sees the same validation data, which counts in its target
 samples; validation makes every choice (test is only scored):
 
 - COGNATE TLk: the shipped CPU model fine-tuned on k matrices; validation
-  (``select_metric``, pair accuracy by default) picks the recipe among "no fine-tuning" and (frozen parts) x (lr) of
-  ``freezes`` x ``lrs``, and the epoch (early stopping: best epoch kept);
+  (``select_metric``, pair accuracy by default) picks the recipe among "no fine-tuning", (frozen parts) x (lr) of
+  ``freezes`` x ``lrs``, and "head re-initialized" x ``reinit_lrs`` (the config embedding and score head
+  re-drawn, so only the featurizer and the knob encoders carry the pre-training: the recipe for a source
+  whose costs rank configs unlike the target's), and the epoch (early stopping: best epoch kept);
 - NTn: the same network trained on n target matrices only (lr from ``nt_lrs``
   and the epoch chosen on validation);
 - WACO+FA (no mapper: raw config fields, no knobs) and WACO+FM (mapper, raw
@@ -103,11 +105,12 @@ class Params:
     top_k: int = 5
     # what every recipe choice (grid point, epoch) maximises on validation: "pair_accuracy" or
     # "top1_fraction". Pair accuracy: over 5 validation matrices it averages ~25k pairs, top-1 only
-    # 5 picks, too few to choose among 7 recipes x 60 epochs.
+    # 5 picks, too few to choose among 9 recipes x 60 epochs.
     select_metric: str = "pair_accuracy"
     finetune_epochs: int = 60
     lrs: tuple[float, ...] = (1e-4, 5e-4, 2e-3)
     freezes: tuple[tuple[str, ...], ...] = (("featurizer",), ("featurizer", "config"))
+    reinit_lrs: tuple[float, ...] = (1e-3, 3e-3)  # "head re-initialized" recipes (() = none)
     nt_epochs: int = 40
     nt_lrs: tuple[float, ...] = (1e-3, 3e-3)
     xgb_rounds: tuple[int, ...] = (0, 25, 100, 300)
@@ -129,7 +132,7 @@ SIZES = {
     "test": Params(chunk=128, eval_corpus="synthetic:9:1101", eval_min_rows=300, eval_max_rows=3000,
                    pool_corpus="synthetic:10:1102", pool_min_rows=300, pool_max_rows=2000, pool_configs=24,
                    val_matrices=2, val_configs=40, ks=(3, 5), nt_sizes=(5, 10), seeds=(0,), finetune_epochs=3,
-                   lrs=(1e-3,), freezes=(("featurizer",),), nt_epochs=3, nt_lrs=(1e-3,), xgb_rounds=(0, 5),
+                   lrs=(1e-3,), freezes=(("featurizer",),), reinit_lrs=(1e-3,), nt_epochs=3, nt_lrs=(1e-3,), xgb_rounds=(0, 5),
                    pretrain_epochs=2, source_epochs=2, featurizer_epochs=2, source_sizes=(1, 3),
                    cpu_corpus="synthetic:4:2031", cpu_min_rows=300, cpu_max_rows=1500, cpu_configs=3),
     # CI: the whole protocol at small scale, < 10 min on 2 cores
@@ -316,21 +319,41 @@ def best_epoch(model: CognateCostModel, phase_rows: int) -> int | None:
     return max(rows, key=lambda r: r[metric])["epoch"] if rows else None
 
 
+def reinitialized(base: CognateCostModel, seed: int) -> CognateCostModel:
+    """A copy of `base` whose config embedding and score head are re-drawn (seeded); the featurizer and the
+    knob encoders keep their weights."""
+    import torch
+
+    model = copy.deepcopy(base)
+    torch.manual_seed(seed)
+    for part in (model.net.config_embedding, model.net.head):
+        for module in part.modules():
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+    return model
+
+
 def finetune_on_validation(base: CognateCostModel, finetune: Sequence[Group], val: Sequence[Group], spade,
                            params: Params, seed: int, freezes=None) -> tuple[CognateCostModel, dict]:
-    """Fine-tune copies of `base` with every recipe of the grid; keep the best on validation (`params.select_metric`)."""
+    """Fine-tune copies of `base` with every recipe of the grid; keep the best on validation (`params.select_metric`).
+
+    The grid: no fine-tuning; (frozen parts) x lr; with the default `freezes`, also the
+    head re-initialized (featurizer frozen) x ``reinit_lrs``.
+    """
     base.encoder_for(spade)  # the SPADE knob encoder: unsupervised, trained once on the whole space
-    grid = [(("everything",), 0.0, 0)] + [(tuple(f), lr, params.finetune_epochs)
-                              for f in (params.freezes if freezes is None else freezes) for lr in params.lrs]
+    grid = [(("everything",), 0.0, 0, False)] + [(tuple(f), lr, params.finetune_epochs, False)
+                                    for f in (params.freezes if freezes is None else freezes) for lr in params.lrs]
+    if freezes is None:
+        grid += [(("featurizer",), lr, params.finetune_epochs, True) for lr in params.reinit_lrs]
     best = None
     tried = []
-    for freeze, lr, epochs in grid:
-        model = copy.deepcopy(base)
+    for freeze, lr, epochs, reinit in grid:
+        model = reinitialized(base, seed) if reinit else copy.deepcopy(base)
         model.seed = seed
         if epochs:
             model.finetune(finetune, space=spade, freeze=freeze, epochs=epochs, lr=lr, val_groups=val)
         metrics = val_score(model, val, spade, params.top_k)
-        recipe = {"freeze": list(freeze), "lr": lr, "epochs_max": epochs,
+        recipe = {"freeze": list(freeze), "lr": lr, "epochs_max": epochs, "head_reinitialized": reinit,
                   "epoch_kept": best_epoch(model, epochs), "val": metrics}
         tried.append(recipe)
         if better(metrics, best, params.select_metric):
@@ -592,6 +615,7 @@ def ship(op: str, candidate, result: dict, params: Params, args, test_groups: Se
 - Validation: {len(info['validation_matrices'])} matrices of `{params.eval_corpus}`
   ({params.eval_min_rows}-{params.eval_max_rows} rows) x {params.val_configs} sampled configs
   ({info['validation_samples']} samples); it chose the recipe: frozen {', '.join(recipe['freeze']) or 'nothing'},
+  head {'re-initialized' if recipe.get('head_reinitialized') else 'pre-trained'},
   lr {recipe['lr']}, epoch {recipe['epoch_kept']} of {recipe['epochs_max']} (best validation
   {info['select_metric'].replace('_', ' ')}).
 - Target samples used: {test_row['target_samples']:.0f} (fine-tune + validation).
@@ -647,6 +671,14 @@ def ablation_methods(summary: dict) -> list[str]:
             "abl_featurizer_trained", *sources]
 
 
+def recipe_text(recipe: dict) -> str:
+    if not recipe.get("epochs_max"):
+        return "no fine-tuning"
+    head = "head re-initialized" if recipe.get("head_reinitialized") else "pre-trained head"
+    return (f"{head}, frozen {', '.join(recipe['freeze']) or 'nothing'}, lr {recipe['lr']}, "
+            f"epoch {recipe['epoch_kept']}")
+
+
 def write_markdown(op: str, result: dict, params: Params, path: Path, command: str) -> str:
     info, h = result["info"], result["info"]["headroom"]
     lines = [f"# CPU -> SPADE transfer, {op} (N = {params.feat})", "",
@@ -668,6 +700,10 @@ def write_markdown(op: str, result: dict, params: Params, path: Path, command: s
              f"keeps the fastest; speedups are geomeans over the baseline config; APE = mean % slowdown of the "
              f"top-1 pick vs the oracle.", ""]
     lines += markdown(op, result, params, main_methods(params))
+    chosen = result.get("recipes", {}).get("tl5", {})
+    if chosen:
+        lines += ["", "TL5 recipes chosen on validation: " + "; ".join(
+            f"seed {seed}: " + recipe_text(r) for seed, r in sorted(chosen.items(), key=lambda x: int(x[0])))]
     if any(m.startswith("abl_") for m in result["summary"]):
         lines += ["", "### Ablations (k = 5, same validation and recipe grid)", ""]
         lines += markdown(op, result, params, ablation_methods(result["summary"]))

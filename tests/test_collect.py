@@ -86,10 +86,27 @@ def test_failing_configs_are_rows_and_chunks_resume(tmp_path):
     (["--corpus", "synthetic:2", "--feat", "0"], "--feat widths must be >= 1"),
     (["--corpus", "synthetic:2", "--feat", "a,b"], "--feat must be N or N,N"),
     (["--corpus", "synthetic:2", "--pool", "-1"], "--pool must be >= 0"),
+    (["--corpus", "synthetic:2", "--subset-max-rows", "10"], "no matrix of the corpus has that few rows"),
 ])
 def test_bad_arguments_exit_2_with_a_clear_message(tmp_path, capsys, extra, message):
     assert main(ARGS + ["--out", str(tmp_path / "ds")] + extra) == 2
     assert message in capsys.readouterr().err
+
+
+def test_subset_keeps_the_corpus_names_and_measures_only_the_small_matrices(tmp_path, capsys):
+    corpus = load_corpus("synthetic:6:5", max_rows=3000)
+    cut = sorted(e.rows for e in corpus)[2]
+    out = tmp_path / "ds"
+    assert main(ARGS + ["--corpus", "synthetic:6:5", "--out", str(out), "--subset-max-rows", str(cut)]) == 0
+    small = {e.name for e in corpus if e.rows <= cut}
+    assert set(load_frame(out)["matrix"]) == small and len(small) == 3
+    # its rows are the full run's rows of those matrices: same names, same config samples
+    assert {(m, c) for m, c in zip(load_frame(out)["matrix"], load_frame(out)["config"])} == \
+        {(m, c) for m, c in _expected_rows("synthetic:6:5") if m in small}
+    save_matrix(generate("rmat", 300, seed=1), tmp_path / "g.mtx")
+    assert main(ARGS + ["--corpus", str(tmp_path), "--out", str(tmp_path / "files"),
+                        "--subset-max-rows", "500"]) == 2
+    assert "--subset-max-rows needs a synthetic" in capsys.readouterr().err
 
 
 def test_directory_corpus_and_empty_directory(tmp_path):

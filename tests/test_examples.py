@@ -1,6 +1,7 @@
 """The examples run as a user runs them (in a subprocess), against tiny stand-ins for the shipped models."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cognate_tvm import space
 from cognate_tvm.matrix import generate, save_matrix
 from tiny_models import ship, tiny_cpu_model
 
@@ -63,19 +65,48 @@ def test_tune_eval_benchmark_at_test_size(shipped, tmp_path):
                    "--feat", 32, "--threads", 2, "--pretrained-dir", shipped, "--out", out)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and len({r["matrix"] for r in rows}) == 2
+    baseline = space.create("cpu", "spmm").baseline().to_json()
     for r in rows:
         assert r["tune_measurements"] <= 3 and r["random_measurements"] == 5
         assert r["tune_speedup"] == pytest.approx(r["baseline_ms"] / r["tune_ms"])
         assert r["random_speedup"] == pytest.approx(r["baseline_ms"] / r["random_ms"])
         assert r["vendor_ms"] > 0 and r["tune_vs_vendor"] == pytest.approx(r["vendor_ms"] / r["tune_ms"])
+        # the sweep's own times are kept for the offline baselines: baseline first, 1 + 4 configs
+        assert len(r["sweep"]) == 5 and r["sweep"][0][0] == baseline and r["sweep"][0][1] > 0
     summary = json.loads((out / "summary.json").read_text())
     geo = float(np.exp(np.mean(np.log([r["tune_speedup"] for r in rows]))))
     assert summary["tune_speedup_geomean"] == pytest.approx(geo)
-    assert "| tune / baseline |" in (out / "summary.md").read_text() and (out / "tune_eval.png").stat().st_size
+    assert summary["random_same_budget_p10"] <= summary["random_same_budget_geomean"] \
+        <= summary["random_same_budget_p90"] <= summary["random_sweep_geomean"]
+    assert summary["best_fixed_loo_geomean"] > 0
+    text = (out / "summary.md").read_text()
+    assert "| tune / baseline |" in text and "best fixed config chosen on the other matrices" in text
+    assert (out / "tune_eval.png").stat().st_size
     # a rerun reuses the finished matrices
     again = _run_benchmark("tune_eval.py", "--matrices", 2, "--min-rows", 300, "--max-rows", 400, "--random", 4,
                            "--top-k", 2, "--feat", 32, "--pretrained-dir", shipped, "--out", out)
     assert len((out / "results.jsonl").read_text().splitlines()) == 2 and "geomean" in again.stdout
+
+
+def test_tune_eval_offline_baselines():
+    bench = _load_benchmark("tune_eval.py")
+    # three matrices, one sweep each over the same configs: b (baseline), x, y, z
+    rows = [{"sweep": [["b", 10.0], ["x", 5.0], ["y", 8.0], ["z", None]]},
+            {"sweep": [["b", 10.0], ["x", 4.0], ["y", 2.0], ["z", 1.0]]},
+            {"sweep": [["b", 10.0], ["x", 20.0], ["y", 5.0], ["z", 1.0]]}]
+    # leave one out, by the mean log speedup on the other two matrices:
+    # matrix 0: z (10x, 10x) beats y (5x, 2x) and x (2.5x, 0.5x), but z failed on 0 -> the baseline, 1x;
+    # matrix 1: z failed on 0, so y (1.25x, 2x) beats x (2x, 0.5x) -> 10 / 2;
+    # matrix 2: y (1.25x, 5x) beats x (2x, 2.5x) -> 10 / 5
+    assert bench.best_fixed_leave_one_out(rows) == pytest.approx([1.0, 10 / 2, 10 / 5])
+    # with the whole budget every draw takes every config: the best of each sweep
+    whole = bench.random_same_budget(rows, 3, draws=20)
+    best = float(np.exp(np.mean(np.log([10 / 5, 10 / 1, 10 / 1]))))
+    assert whole["median"] == pytest.approx(best) and whole["p10"] == pytest.approx(best)
+    # one config per draw: between the baseline (1x) and the best, and seeded
+    one = bench.random_same_budget(rows, 1, draws=200, seed=4)
+    assert 1.0 <= one["p10"] <= one["median"] <= one["p90"] <= best
+    assert one == bench.random_same_budget(rows, 1, draws=200, seed=4)
 
 
 def test_tune_eval_spade_oracle(shipped, tmp_path):
@@ -100,14 +131,38 @@ def test_tune_eval_spade_oracle(shipped, tmp_path):
 
 def test_metaschedule_compare_at_test_size(shipped, tmp_path):
     out = tmp_path / "ms"
-    _run_benchmark("metaschedule_compare.py", "--matrices", 1, "--trials", 8, "--min-rows", 800, "--max-rows", 800,
-                   "--feat", 32, "--methods", "cognate", "xgb", "--pretrained-dir", shipped, "--out", out)
+    _run_benchmark("metaschedule_compare.py", "--matrices", 2, "--trials", 8, "--min-rows", 800, "--max-rows", 800,
+                   "--feat", 32, "--methods", "cognate", "random", "--pretrained-dir", shipped, "--out", out)
     runs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert [(r["method"], r["trials"]) for r in runs] == [("cognate", 8), ("xgb", 8)]
+    assert [(r["method"], r["trials"]) for r in runs] == [("cognate", 8), ("random", 8)] * 2
     assert all(r["error"] is None and r["best_ms"] > 0 for r in runs), runs
     summary = json.loads((out / "summary.json").read_text())
-    best = min(r["best_ms"] for r in runs)
-    for r in runs:
-        assert summary["table"][f"{r['method']}@8"]["geomean_fraction"] == pytest.approx(best / r["best_ms"])
-    assert max(c["geomean_fraction"] for c in summary["table"].values()) == pytest.approx(1.0)
-    assert (out / "metaschedule_compare.png").stat().st_size and "cognate" in (out / "summary.md").read_text()
+    best = {name: min(r["best_ms"] for r in runs if r["matrix"] == name) for name in {r["matrix"] for r in runs}}
+    for r, scored in zip(runs, summary["runs"]):
+        assert scored["fraction"] == pytest.approx(best[r["matrix"]] / r["best_ms"])
+    # best fixed: every run's best config re-timed on both matrices, each pick scored within (0, 1]
+    fixed = [json.loads(line) for line in (out / "fixed.jsonl").read_text().splitlines()]
+    pool = {json.dumps(r["config"]) for r in runs}
+    assert len(fixed) == 2 * len({f["config"] for f in fixed}) and len({f["config"] for f in fixed}) <= len(pool)
+    assert all(f["time_ms"] > 0 for f in fixed), fixed
+    per_matrix = summary["best_fixed"]["per_matrix"]
+    assert len(per_matrix) == 2 and all(0 < v <= 1 for v in per_matrix.values())
+    text = (out / "summary.md").read_text()
+    assert "cognate" in text and "best fixed config" in text and (out / "metaschedule_compare.png").stat().st_size
+
+
+def _load_benchmark(script):
+    spec = importlib.util.spec_from_file_location(script.replace(".py", "_benchmark"), ROOT / "benchmarks" / script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_metaschedule_best_fixed_leave_one_out():
+    bench = _load_benchmark("metaschedule_compare.py")
+    times = {"m0": {"a": 1.0, "b": 2.0, "c": None},
+             "m1": {"a": 4.0, "b": 2.0, "c": 1.0},
+             "m2": {"a": 3.0, "b": 1.0, "c": 1.0}}
+    # m0: on m1 and m2, c is best (1, 1) but failed on m0 -> 0; m1: c failed on m0, b (1, 0.5) beats a (0.25, 1/3)
+    # -> 1 / 2; m2: b (0.5, 0.25) vs a (1, 0.25): a -> 1 / 3
+    assert bench.best_fixed_leave_one_out(times) == pytest.approx({"m0": 0.0, "m1": 0.5, "m2": 1 / 3})

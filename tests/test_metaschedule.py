@@ -192,3 +192,21 @@ def test_package_exports_cognate_model_without_importing_tvm():
             "from cognate_tvm import CognateModel; from cognate_tvm.metaschedule import CognateModel as M; "
             "assert CognateModel is M")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_schedule_config_reproduces_a_sampled_point(op, matrix):
+    """schedule_config builds the schedule of a given config: its trace decodes to that config, and it computes
+    the right output (the best-fixed baseline of benchmarks/metaschedule_compare.py times configs this way)."""
+    variant_list = msc.variants(op, FEAT)
+    target = cpu_target(2)
+    for index in (0, len(variant_list) - 1):
+        sch = tvm.s_tir.Schedule(msc.sparse_module(op, matrix, FEAT), seed=3)
+        msc.schedule_variant(sch, index, variant_list[index], FEAT, 2)
+        config = msc.config_from_knobs(msc.knobs_from_trace(sch.trace), variant_list)
+        mod = msc.schedule_config(op, matrix, FEAT, config, workers=2)
+        assert msc.schedule_is_correct(op, mod, matrix, FEAT, target)
+        assert msc.time_module(op, mod, matrix, FEAT, target, repeat=1, min_repeat_ms=1) > 0
+    panels = CPUSpace(op).baseline().__class__(**{**CPUSpace(op).baseline().to_dict(), "k_parts": 2})
+    with pytest.raises(InvalidConfigError, match="outside the MetaSchedule space"):
+        msc.schedule_config(op, matrix, FEAT, panels, workers=2)

@@ -47,11 +47,13 @@ def shipped(tmp_path_factory):
     pool = cpu.sample_covering(100, seed=0)
     configs = {e.name: config_sample(cpu, 30, 0, e.name, pool) for e in entries}
     collect(FakeBackend(cpu), "spmm", entries, configs, tmp / "data", feat=32, progress=False)
+    # a second dataset at another dense width over some of the same matrices (--data takes both)
+    collect(FakeBackend(cpu), "spmm", entries[::3], configs, tmp / "data64", feat=64, progress=False)
     hparams = tmp / "hparams.json"
     hparams.write_text(json.dumps({"featurizer.stem_channels": 8, "featurizer.stage_channels": [8, 8, 8],
                                    "featurizer.max_points": 1024, "predictor.hidden": [64, 32],
                                    "train.batch_matrices": 4}))
-    argv = ["pretrain.py", "--op", "spmm", "--data", str(tmp / "data"), "--corpus", corpus, "--min-rows", "100",
+    argv = ["pretrain.py", "--op", "spmm", "--data", str(tmp / "data"), str(tmp / "data64"), "--corpus", corpus, "--min-rows", "100",
             "--max-rows", "400", "--epochs", "10", "--lr", "3e-3", "--hparams", str(hparams),
             "--ship", str(tmp / "models" / "spmm-cpu"), "--out", str(tmp / "out"), "--quiet"]
     old = sys.argv
@@ -71,6 +73,8 @@ def test_pretrain_writes_model_card_report_and_plot(shipped):
     split = report["split"]
     assert not set(split["train"]) & set(split["test"]) and not set(split["validation"]) & set(split["test"])
     test = report["test"]
+    # both datasets were read: the report has each dense width, and the groups of a matrix stay in one split
+    assert {"all", "N=32"} <= set(test["cognate"]) and report["measurements"] == 12 * 31 + 4 * 31
     # the synthetic times are a known function of the shared coordinates: a trained model orders
     # unseen matrices' configs far better than chance
     assert test["cognate"]["all"]["pair_accuracy"] > 0.62

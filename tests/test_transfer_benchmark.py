@@ -85,6 +85,13 @@ def test_transfer_benchmark_test_size(tmp_path, monkeypatch):
         recipe = result["recipes"][method]["0"]
         top1 = [r["val"]["oracle_fraction_top1"] for r in recipe["grid"]]
         assert recipe["val"]["oracle_fraction_top1"] == max(top1)
+    # TL's grid: no fine-tuning, freezes x lrs, and the head re-initialized x reinit_lrs; the featurizer-trained
+    # ablation's grid has no re-initialized recipe
+    grid = result["recipes"]["tl5"]["0"]["grid"]
+    assert len(grid) == 1 + len(params.freezes) * len(params.lrs) + len(params.reinit_lrs)
+    assert [r["lr"] for r in grid if r["head_reinitialized"]] == list(params.reinit_lrs)
+    assert not any(r["head_reinitialized"] for r in result["recipes"]["abl_featurizer_trained"]["0"]["grid"])
+    assert "TL5 recipes chosen on validation: seed 0: " in table
 
     # the shipped TL5 model: package-style directory with a card; loads and scores like the reported TL5
     from cognate_tvm.model.pretrained import load_pretrained
@@ -109,6 +116,27 @@ def test_transfer_benchmark_test_size(tmp_path, monkeypatch):
     again = bench.target_data("spmm", params, out / "data", progress=False)
     assert [len(g.configs) for g in again.pool] == [len(g.configs) for g in data.pool]
     assert all(np.array_equal(a.times_ms, b.times_ms) for a, b in zip(again.test, data.test))
+
+
+def test_reinitialized_redraws_the_head_and_keeps_the_featurizer(monkeypatch):
+    import torch
+
+    from cognate_tvm.model.cognate import CognateCostModel
+    from cognate_tvm.model import ModelConfig
+
+    bench = _load_benchmark(monkeypatch)
+    base = CognateCostModel(ModelConfig(), seed=0)
+    with torch.no_grad():
+        for p in base.net.parameters():
+            p.add_(1.0)  # stands for pre-training: every weight moved away from its initial draw
+    fresh = bench.reinitialized(base, seed=3)
+    same = lambda a, b: all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))  # noqa: E731
+    assert same(fresh.net.featurizer, base.net.featurizer)
+    assert not any(torch.equal(x, y) for x, y in zip(fresh.net.head.parameters(), base.net.head.parameters()))
+    assert not any(torch.equal(x, y) for x, y in zip(fresh.net.config_embedding.parameters(),
+                                                     base.net.config_embedding.parameters()))
+    assert same(bench.reinitialized(base, seed=3).net.head, fresh.net.head)  # seeded
+    assert not same(bench.reinitialized(base, seed=4).net.head, fresh.net.head)
 
 
 def test_sizes_are_consistent(monkeypatch):

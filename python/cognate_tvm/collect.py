@@ -3,6 +3,7 @@
     python -m cognate_tvm.collect --target {llvm,spade,cuda} --op {spmm,sddmm}
         --corpus synthetic:N[:SEED]|DIR --configs-per-matrix C --out DIR
         [--seed S] [--feat N[,N...]] [--pool P] [--chunk K] [--min-rows R] [--max-rows R]
+        [--subset-max-rows R]
         [--threads T] [--repeats R] [--timeout S] [--check] [--quiet]
         [--executor {local,ray} [--ray-address ADDR] [--workers W]]
         [--rpc-tracker HOST:PORT --rpc-key KEY]
@@ -13,7 +14,11 @@ P configs that covers every value of every knob (`Space.sample_covering`), so a
 compiled target (llvm) builds P kernels once instead of new ones for every
 matrix; without it each matrix's sample covers every knob value on its own.
 Several dense widths (``--feat 32,128``) are dealt to the matrices in turn, so
-the data teaches how the best config moves with N.
+the data teaches how the best config moves with N. ``--subset-max-rows R``
+measures only the corpus's matrices of at most R rows while keeping the corpus
+itself (its names and sizes) that of --min-rows/--max-rows, so a second, costlier
+pass (a wider N) over the smaller matrices shares names, and so the train /
+validation / test split, with the first.
 Results go to a Parquet dataset (`cognate_tvm.data`): one part per chunk of K
 configs, written atomically, so a run killed at any point (even with -9)
 resumes where it stopped when started again with the same arguments, losing
@@ -57,6 +62,19 @@ def config_sample(platform_space: space.Space, count: int, seed: int, name: str,
         sample = [pool[i] for i in sorted(rng.choice(len(pool), size=min(count, len(pool)), replace=False))]
     baseline = platform_space.baseline()
     return [baseline] + [c for c in sample if c != baseline]
+
+
+def subset_by_rows(corpus: list, max_rows: int | None) -> list:
+    """The entries of a synthetic corpus with at most `max_rows` rows (all when None)."""
+    if max_rows is None:
+        return corpus
+    if any(not hasattr(entry, "rows") for entry in corpus):
+        # a file's row count is known only once it is read; filter such corpora by their files
+        raise ValueError("--subset-max-rows needs a synthetic:N[:SEED] corpus")
+    subset = [entry for entry in corpus if entry.rows <= max_rows]
+    if not subset:
+        raise ValueError(f"--subset-max-rows {max_rows}: no matrix of the corpus has that few rows")
+    return subset
 
 
 def parse_feats(text: str) -> list[int]:
@@ -109,7 +127,8 @@ def run(args: argparse.Namespace) -> dict:
     feats = parse_feats(args.feat)
     if args.pool < 0:
         raise ValueError(f"--pool must be >= 0 (0: no pool), got {args.pool}")
-    corpus = load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows)
+    corpus = subset_by_rows(load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows),
+                            args.subset_max_rows)
     backend = make_backend(args)
     platform_space = space.create(backend.platform, args.op)
     pool = platform_space.sample_covering(args.pool, seed=args.seed) if args.pool else None
@@ -139,6 +158,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--chunk", type=int, default=25, help="configs per Parquet part (default 25)")
     parser.add_argument("--min-rows", type=int, default=1000, help="synthetic corpus: smallest matrix")
     parser.add_argument("--max-rows", type=int, default=1_000_000, help="synthetic corpus: largest matrix")
+    parser.add_argument("--subset-max-rows", type=int, default=None,
+                        help="synthetic corpus: measure only its matrices of at most this many rows")
     parser.add_argument("--threads", type=int, default=None, help="llvm: threads (default: all cores)")
     parser.add_argument("--repeats", type=int, default=3, help="llvm: timed repeats per config (median)")
     parser.add_argument("--timeout", type=float, default=5.0, help="llvm: seconds one kernel call may take")

@@ -275,9 +275,11 @@ def sparse_module(op: str | Op, matrix: sp.csr_matrix, feat: int) -> tvm.IRModul
     return tvm.IRModule({"main": sparse_prim_func(op, matrix, feat)})
 
 
-def schedule_variant(sch, index: int, variant: Variant, feat: int, workers: int) -> None:
-    """Apply `variant` (number `index` of the space) to `sch`, drawing I and J (see the module docstring)."""
-    i_tiles, tiles = tuple(cpu_space.I_TILES), j_tiles(variant, feat)
+def schedule_variant(sch, index: int, variant: Variant, feat: int, workers: int,
+                     tiles: tuple[int, int] | None = None) -> None:
+    """Apply `variant` (number `index` of the space) to `sch`, drawing I and J (see the module docstring);
+    `tiles` = (I, J) fixes both draws to one value each."""
+    i_tiles, tiles = ((tiles[0],), (tiles[1],)) if tiles else (tuple(cpu_space.I_TILES), j_tiles(variant, feat))
     variant_rv = sch.sample_categorical(candidates=[int(index)], probs=[1.0])
     # Used by an annotation, so trace simplification keeps the draw that names the variant.
     sch.annotate(sch.get_sblock(ROW_BLOCK), VARIANT_ANNOTATION, variant_rv)
@@ -302,6 +304,24 @@ def schedule_variant(sch, index: int, variant: Variant, feat: int, workers: int)
         sch.vectorize(jv)
         if variant.unroll:
             sch.unroll(jo)
+
+
+def schedule_config(op: str | Op, matrix: sp.csr_matrix, feat: int, config: CPUConfig, *, workers: int
+                    ) -> tvm.IRModule:
+    """The workload on `matrix` scheduled as `config` (one point of the MetaSchedule space), to build and time.
+
+    Raises InvalidConfigError for a config outside the space (column panels, a loop
+    order or tile the workload's variants lack for this width).
+    """
+    variant_list = variants(op, feat)
+    for index, variant in enumerate(variant_list):
+        if config_from_knobs({"variant": index, "i_tile": config.i_tile, "j_tile": config.j_tile},
+                             variant_list) == config and config.j_tile in j_tiles(variant, feat):
+            sch = tvm.s_tir.Schedule(sparse_module(op, matrix, feat))
+            schedule_variant(sch, index, variant, feat, workers, tiles=(config.i_tile, config.j_tile))
+            return sch.mod
+    raise InvalidConfigError(f"config {config.to_json()} is outside the MetaSchedule space of "
+                             f"{get_op(op).name} at N={feat}")
 
 
 def _schedule_all(sch, *, op: str, feat: int, workers: int) -> list:
