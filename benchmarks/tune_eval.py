@@ -11,23 +11,28 @@ corpus of the project uses, so the shipped model never saw them):
   and the fastest whose output is right is kept (`pick_checked`);
 - vendor: the target's vendor library (MKL on the CPU when installed, else scipy).
 
-Then the baseline, tune's choice and random's choice are timed again side by
-side in one call, and the tune and random speedups come from that call.
-Reported: per matrix and as geomeans, tune / baseline, random / baseline,
-tune's speedup as a fraction of random's (the issue's goal: >= 0.9 with at most
-6 measurements against 49), and tune / vendor. Two more baselines come from the
-random sweep's own times (each against the baseline timed in that sweep), so
-they cost no measurement:
+When every matrix is done, each matrix's baseline and four picks are timed
+again side by side in one call (outputs checked), in `--retime-rounds` (5)
+rounds with the order rotated, and every speedup below is the median over
+rounds of a pick's time over the same call's baseline time:
 
-- random with tune's budget: the baseline and top_k random configs of the 48,
-  the fastest kept; the median over 1000 seeded draws of the geomean;
+- tune's choice;
+- random: the fastest correct of the 48;
+- random with tune's budget: the fastest of the baseline and top_k random
+  configs drawn (seeded per matrix) from the 48;
 - the best fixed config, leave one out: the config of the sweep with the best
-  geomean speedup on the other matrices (the sweep draws the same configs on
-  every matrix), timed on this one (1.0x, the baseline, if it failed there).
+  geomean speedup on the other matrices' sweeps (the sweep draws the same
+  configs on every matrix; the baseline if that config failed on this one).
+
+Reported per matrix and as geomeans over the baseline, tune's speedup as a
+fraction of random's (the issue's goal: >= 0.9 with at most 6 measurements
+against 49), tune / vendor, and, from the sweeps' own times, the spread of
+random with tune's budget over 1000 draws.
 
 Outputs in --out:
-``results.jsonl`` (one object per matrix; a rerun skips the matrices already
-there), ``summary.json``, ``summary.md`` (a markdown table) and ``tune_eval.png``.
+``results.jsonl`` (one object per matrix: tune's run and the random sweep; a
+rerun skips the matrices already there and re-times), ``summary.json`` (with
+the re-timed rows), ``summary.md`` (a markdown table) and ``tune_eval.png``.
 
     python benchmarks/tune_eval.py --out benchmarks/results/tune_eval                # full: 10 matrices, 2k-60k rows
     python benchmarks/tune_eval.py --matrices 1 --min-rows 300 --max-rows 400 --random 4 --top-k 2 \\
@@ -79,27 +84,77 @@ def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, p
     random_pick = pick_checked(backend, op, matrix, sweep, feat, seed=seed)
     tune_choice = tuned.chosen.config if tuned.chosen is not None else None
     random_choice = random_pick.best.config if random_pick.best is not None else None
-    final = [baseline] + [c for c in (tune_choice, random_choice) if c is not None]
-    again = backend.measure(op, matrix, final, feat, seed=seed, check=True)
-    times = {r.config: r.time_ms for r in again if r.ok}
-    base_ms = times.get(baseline)
     row = {"matrix": name, "rows": matrix.shape[0], "cols": matrix.shape[1], "nnz": int(matrix.nnz),
            "op": op.name, "feat": feat, "tune_measurements": len(tuned.measured),
            "random_measurements": len(sweep), "tune_seconds": round(tune_s, 2),
            "tune_config": None if tune_choice is None else tune_choice.to_dict(),
            "random_config": None if random_choice is None else random_choice.to_dict(),
-           "baseline_ms": base_ms, "tune_ms": times.get(tune_choice), "random_ms": times.get(random_choice),
            "tune_rejected": len(tuned.rejected), "random_rejected": len(random_pick.rejected),
            "notes": tuned.notes, "sweep": sweep_times(sweep, random_pick.rejected)}
-    row["tune_speedup"] = _ratio(base_ms, row["tune_ms"])
-    row["random_speedup"] = _ratio(base_ms, row["random_ms"])
     if tuned.oracle is not None:
         row.update(oracle_report(tuned.oracle, sweep, random_pick))
     if vendor:
         v = tuner.vendor_report(backend, op, matrix, feat, seed)
-        row.update(vendor=v["name"], vendor_method=v["method"], vendor_ms=v["time_ms"],
-                   tune_vs_vendor=_ratio(v["time_ms"], row["tune_ms"]))
+        row.update(vendor=v["name"], vendor_method=v["method"], vendor_ms=v["time_ms"])
     return row
+
+
+PICKS = ("tune", "random", "random_same_budget", "best_fixed")
+
+
+def picks_of(rows: list[dict], space, *, top_k: int, seed: int) -> list[dict]:
+    """Per matrix, {method: config or None} of every method in PICKS (see the module docstring)."""
+    fixed = best_fixed_leave_one_out(rows)
+    out = []
+    for n, row in enumerate(rows):
+        entries = row["sweep"]
+        rng = np.random.default_rng([seed, n])
+        drawn = [entries[i] for i in rng.choice(np.arange(1, len(entries)), size=min(top_k, len(entries) - 1),
+                                                replace=False)]
+        ran = [e for e in [entries[0], *drawn] if e[1]]
+        same = min(ran, key=lambda e: e[1])[0] if ran else None
+        picks = {"tune": row["tune_config"], "random": row["random_config"], "random_same_budget": same,
+                 "best_fixed": fixed[n]}
+        out.append({m: None if c is None else (space.config_from_json(c) if isinstance(c, str)
+                                               else space.config_from_dict(c)) for m, c in picks.items()})
+    return out
+
+
+def retime(rows: list[dict], matrices: dict, *, backend, op, feat: int, top_k: int, seed: int,
+           rounds: int = 5) -> list[dict]:
+    """Each matrix's baseline and picks timed side by side in one call (outputs checked), `rounds` times
+    with the order rotated: rows with ``<method>_ms`` and ``<method>_speedup`` (over the same call's
+    baseline), each the median over rounds, and ``tune_vs_vendor``."""
+    op = get_op(op)
+    platform_space = space.create(backend.platform, op.name)
+    baseline = platform_space.baseline()
+    out = []
+    for row, picks in zip(rows, picks_of(rows, platform_space, top_k=top_k, seed=seed)):
+        configs = [baseline] + list(dict.fromkeys(c for c in picks.values() if c is not None and c != baseline))
+        samples = {c: [] for c in configs}  # (time, baseline time of the same call) per round
+        for n in range(rounds):
+            order = configs[n % len(configs):] + configs[:n % len(configs)]
+            results = backend.measure(op, matrices[row["matrix"]], order, feat, seed=seed, check=n == 0)
+            times = {r.config: r.time_ms for r in results if r.ok and r.correct is not False}
+            for c in configs:
+                samples[c].append((times.get(c), times.get(baseline)))
+        final = {**row, "retime_rounds": rounds, "baseline_ms": _median([t for t, _ in samples[baseline]])}
+        for method, config in picks.items():
+            pairs = samples.get(config, []) if config is not None else []
+            final[f"{method}_config"] = None if config is None else config.to_dict()
+            final[f"{method}_ms"] = _median([t for t, _ in pairs])
+            final[f"{method}_speedup"] = _median([_ratio(b, t) for t, b in pairs])
+            if row.get("oracle_ms"):  # picks as fractions of the oracle sweep's best
+                final[f"{method}_oracle_fraction"] = _ratio(row["oracle_ms"], final[f"{method}_ms"])
+        final["tune_vs_vendor"] = _ratio(row.get("vendor_ms"), final["tune_ms"])
+        out.append(final)
+    return out
+
+
+def _median(values) -> float | None:
+    """Median of the values that exist; None if a value is missing (a failed or wrong run) or none exist."""
+    values = list(values)
+    return float(np.median(values)) if values and all(v is not None for v in values) else None
 
 
 def sweep_times(sweep, rejected) -> list:
@@ -128,23 +183,19 @@ def random_same_budget(rows: list[dict], k: int, *, draws: int = 1000, seed: int
     return {"median": float(median), "p10": float(p10), "p90": float(p90), "draws": draws}
 
 
-def best_fixed_leave_one_out(rows: list[dict]) -> list[float | None]:
-    """Per matrix, the speedup of the config with the best geomean speedup on the other matrices'
-    sweeps (among configs that ran on all of them), from this matrix's sweep; 1.0 (the user falls
-    back to the baseline) when that config failed on this matrix."""
-    speedups = []
+def best_fixed_leave_one_out(rows: list[dict]) -> list[str]:
+    """Per matrix, the config (JSON) of the sweep with the best geomean speedup on the other matrices'
+    sweeps, among configs that ran on all of them; the baseline when that config failed on this one."""
+    picks = []
     for n, row in enumerate(rows):
-        others = [dict(r["sweep"]) for m, r in enumerate(rows) if m != n and r.get("sweep")]
-        own = dict(row.get("sweep") or [])
-        base = row["sweep"][0][0] if row.get("sweep") else None
-        if not others or not own or not own.get(base):
-            speedups.append(None)
-            continue
+        base = row["sweep"][0][0]
+        others = [dict(r["sweep"]) for m, r in enumerate(rows) if m != n]
+        own = dict(row["sweep"])
         ran = [c for c in own if all(o.get(c) and o.get(base) for o in others)]
         score = {c: np.mean([np.log(o[base] / o[c]) for o in others]) for c in ran}
-        pick = max(score, key=score.get)  # the baseline always ran, so `ran` is not empty
-        speedups.append(_ratio(own[base], own[pick]) or 1.0)
-    return speedups
+        pick = max(score, key=score.get) if score else base
+        picks.append(pick if own.get(pick) else base)
+    return picks
 
 
 def oracle_report(oracle, sweep, random_pick) -> dict:
@@ -173,54 +224,61 @@ def geomean(values) -> float | None:
 
 
 def summarize(rows: list[dict], args) -> dict:
-    tune_g, random_g = geomean(r["tune_speedup"] for r in rows), geomean(r["random_speedup"] for r in rows)
+    """Geomeans of the re-timed `rows`; the spread of random with tune's budget comes from the sweeps."""
+    speedups = {m: geomean(r[f"{m}_speedup"] for r in rows) for m in PICKS}
     same = random_same_budget(rows, args.top_k, seed=args.seed)
-    fixed = geomean(best_fixed_leave_one_out(rows))
-    swept = geomean(_ratio(r["sweep"][0][1], min((t for _, t in r["sweep"] if t), default=None))
-                    for r in rows if r.get("sweep"))
     return {"matrices": len(rows), "op": args.op, "target": args.target, "feat": args.feat, "top_k": args.top_k,
-            "random_same_budget_geomean": same["median"], "random_same_budget_p10": same["p10"],
-            "random_same_budget_p90": same["p90"], "best_fixed_loo_geomean": fixed,
-            "random_sweep_geomean": swept,
-            "budget": args.budget,
-            "random_k": args.random, "tune_speedup_geomean": tune_g, "random_speedup_geomean": random_g,
-            "tune_fraction_of_random": _ratio(tune_g, random_g),
+            "budget": args.budget, "random_k": args.random,
+            **{f"{m}_speedup_geomean": g for m, g in speedups.items()},
+            "tune_fraction_of_random": _ratio(speedups["tune"], speedups["random"]),
+            "random_same_budget_sweep_median": same["median"], "random_same_budget_sweep_p10": same["p10"],
+            "random_same_budget_sweep_p90": same["p90"],
             "tune_vs_vendor_geomean": geomean(r.get("tune_vs_vendor") for r in rows),
             "tune_measurements_max": max((r["tune_measurements"] for r in rows), default=None),
             "tune_oracle_fraction_geomean": geomean(r.get("tune_oracle_fraction") for r in rows),
             "random_oracle_fraction_geomean": geomean(r.get("random_oracle_fraction") for r in rows),
             "baseline_oracle_fraction_geomean": geomean(r.get("baseline_oracle_fraction") for r in rows),
+            "random_same_budget_oracle_fraction_geomean": geomean(r.get("random_same_budget_oracle_fraction")
+                                                                  for r in rows),
+            "best_fixed_oracle_fraction_geomean": geomean(r.get("best_fixed_oracle_fraction") for r in rows),
             "goal": "tune_fraction_of_random >= 0.9 with at most 6 measurements"}
 
 
 def markdown(rows: list[dict], summary: dict) -> str:
     f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-    lines = [f"# tune (budget {summary['budget']}, top-{summary['top_k']}) vs best of {summary['random_k']} random "
+    k = summary["top_k"]
+    lines = [f"# tune (budget {summary['budget']}, top-{k}) vs best of {summary['random_k']} random "
              f"({summary['op']}, {summary['target']}, N={summary['feat']})", "",
-             "| matrix | rows | nnz | tune / baseline | random / baseline | tune / vendor | tune meas. |",
-             "|---|---|---|---|---|---|---|"]
+             "Speedups over the baseline config: all picks re-timed side by side in one call per matrix, "
+             f"median of {rows[0].get('retime_rounds', 1) if rows else 1} rounds.", "",
+             f"| matrix | rows | nnz | tune | best of {summary['random_k']} random | baseline + {k} random | "
+             "best fixed (other matrices) | tune / vendor | tune meas. |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['matrix']} | {r['rows']} | {r['nnz']} | {f(r['tune_speedup'])}x | "
-                     f"{f(r['random_speedup'])}x | {f(r.get('tune_vs_vendor'))}x | {r['tune_measurements']} |")
-    lines += ["", f"geomean: tune {f(summary['tune_speedup_geomean'])}x, random "
-              f"{f(summary['random_speedup_geomean'])}x over the baseline; tune reaches "
+                     f"{f(r['random_speedup'])}x | {f(r['random_same_budget_speedup'])}x | "
+                     f"{f(r['best_fixed_speedup'])}x | {f(r.get('tune_vs_vendor'))}x | {r['tune_measurements']} |")
+    lines += ["", f"geomean: tune {f(summary['tune_speedup_geomean'])}x, best of random "
+              f"{f(summary['random_speedup_geomean'])}x, baseline + {k} random "
+              f"{f(summary['random_same_budget_speedup_geomean'])}x, best fixed config "
+              f"{f(summary['best_fixed_speedup_geomean'])}x over the baseline; tune reaches "
               f"{f(summary['tune_fraction_of_random'])} of random's speedup; tune / vendor "
-              f"{f(summary['tune_vs_vendor_geomean'])}x"]
-    if summary["random_sweep_geomean"] is not None:
-        lines += ["", f"from the random sweep's own times (geomean over the baseline): best of all "
-                  f"{summary['random_k']} random {f(summary['random_sweep_geomean'])}x; baseline + "
-                  f"{summary['top_k']} random (tune's budget, median of 1000 draws) "
-                  f"{f(summary['random_same_budget_geomean'])}x (10-90%: {f(summary['random_same_budget_p10'])}-"
-                  f"{f(summary['random_same_budget_p90'])}); best fixed config chosen on the other matrices "
-                  f"{f(summary['best_fixed_loo_geomean'])}x"]
+              f"{f(summary['tune_vs_vendor_geomean'])}x",
+              "", f"baseline + {k} random over 1000 draws, from the sweeps' own times: median "
+              f"{f(summary['random_same_budget_sweep_median'])}x (10-90%: "
+              f"{f(summary['random_same_budget_sweep_p10'])}-{f(summary['random_same_budget_sweep_p90'])}x)"]
     if summary["tune_oracle_fraction_geomean"] is not None:
         lines += ["", "picked / oracle (geomean; 1.00 = the fastest config of the oracle sweep): tune "
                   f"{f(summary['tune_oracle_fraction_geomean'])}, best of random "
-                  f"{f(summary['random_oracle_fraction_geomean'])}, baseline "
+                  f"{f(summary['random_oracle_fraction_geomean'])}, baseline + {k} random "
+                  f"{f(summary['random_same_budget_oracle_fraction_geomean'])}, best fixed "
+                  f"{f(summary['best_fixed_oracle_fraction_geomean'])}, baseline "
                   f"{f(summary['baseline_oracle_fraction_geomean'])}",
-                  "", "| matrix | tune / oracle | random / oracle | baseline / oracle | oracle configs |",
-                  "|---|---|---|---|---|"]
+                  "", f"| matrix | tune / oracle | random / oracle | baseline + {k} random / oracle | "
+                  "best fixed / oracle | baseline / oracle | oracle configs |",
+                  "|---|---|---|---|---|---|---|"]
         lines += [f"| {r['matrix']} | {f(r.get('tune_oracle_fraction'))} | {f(r.get('random_oracle_fraction'))} | "
+                  f"{f(r.get('random_same_budget_oracle_fraction'))} | {f(r.get('best_fixed_oracle_fraction'))} | "
                   f"{f(r.get('baseline_oracle_fraction'))} | {r.get('oracle_configs', '-')} |" for r in rows]
     return "\n".join(lines) + "\n"
 
@@ -233,10 +291,10 @@ def plot(rows: list[dict], path: Path) -> None:
 
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.8), 4))
-    ax.bar(x - 0.27, [r["tune_speedup"] or 0 for r in rows], 0.27, label="tune (baseline + top-k)")
-    ax.bar(x, [r["random_speedup"] or 0 for r in rows], 0.27, label="best of random")
-    ax.bar(x + 0.27, [v or 0 for v in best_fixed_leave_one_out(rows)], 0.27,
-           label="best fixed (other matrices; sweep times)")
+    labels = {"tune": "tune (baseline + top-k)", "random": "best of random",
+              "random_same_budget": "baseline + k random", "best_fixed": "best fixed (other matrices)"}
+    for n, (method, text) in enumerate(labels.items()):
+        ax.bar(x + (n - 1.5) * 0.2, [r[f"{method}_speedup"] or 0 for r in rows], 0.2, label=text)
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(x, [r["matrix"] for r in rows], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("speedup over the baseline config")
@@ -260,6 +318,8 @@ def main(argv=None) -> int:
     parser.add_argument("--random", type=int, default=48, help="random configs measured (besides the baseline)")
     parser.add_argument("--threads", type=int, default=None, help="llvm: kernel threads (default: all cores)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--retime-rounds", type=int, default=5,
+                        help="side-by-side re-timings of the picks per matrix (median kept)")
     parser.add_argument("--pretrained-dir", type=Path, default=None)
     parser.add_argument("--no-vendor", action="store_true", help="do not time the vendor library")
     parser.add_argument("--oracle", action="store_true",
@@ -275,7 +335,8 @@ def main(argv=None) -> int:
     if results_path.is_file():
         done = {r["matrix"]: r for r in map(json.loads, results_path.read_text().splitlines()) if r}
     rows = []
-    for name, matrix in eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows):
+    matrices = dict(eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows))
+    for name, matrix in matrices.items():
         if name in done:
             rows.append(done[name])
             continue
@@ -286,8 +347,10 @@ def main(argv=None) -> int:
         with results_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         rows.append(row)
+    rows = retime(rows, matrices, backend=backend, op=args.op, feat=args.feat, top_k=args.top_k, seed=args.seed,
+                  rounds=args.retime_rounds)
     summary = summarize(rows, args)
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (args.out / "summary.json").write_text(json.dumps({**summary, "rows": rows}, indent=1))
     (args.out / "summary.md").write_text(markdown(rows, summary))
     plot(rows, args.out / "tune_eval.png")
     print(markdown(rows, summary))
