@@ -235,12 +235,8 @@ def summarize(rows: list[dict], args) -> dict:
             "random_same_budget_sweep_p90": same["p90"],
             "tune_vs_vendor_geomean": geomean(r.get("tune_vs_vendor") for r in rows),
             "tune_measurements_max": max((r["tune_measurements"] for r in rows), default=None),
-            "tune_oracle_fraction_geomean": geomean(r.get("tune_oracle_fraction") for r in rows),
-            "random_oracle_fraction_geomean": geomean(r.get("random_oracle_fraction") for r in rows),
-            "baseline_oracle_fraction_geomean": geomean(r.get("baseline_oracle_fraction") for r in rows),
-            "random_same_budget_oracle_fraction_geomean": geomean(r.get("random_same_budget_oracle_fraction")
-                                                                  for r in rows),
-            "best_fixed_oracle_fraction_geomean": geomean(r.get("best_fixed_oracle_fraction") for r in rows),
+            **{f"{m}_oracle_fraction_geomean": geomean(r.get(f"{m}_oracle_fraction") for r in rows)
+               for m in (*PICKS, "baseline")},
             "goal": "tune_fraction_of_random >= 0.9 with at most 6 measurements"}
 
 
