@@ -1,27 +1,32 @@
 """Pre-train the CPU cost model of one op on a collected CPU dataset, evaluate it, ship it.
 
     python benchmarks/pretrain.py --op spmm --data DATA/cpu_spmm --corpus synthetic:300:2026 --max-rows 100000
+    python benchmarks/pretrain.py --op spmm --data DATA/cpu_spmm_2t --corpus synthetic:300:2026 --init shipped
 
 The dataset comes from `python -m cognate_tvm.collect --target llvm` (see
 docs/pretraining.md for the exact collection commands); its matrices are
-rebuilt from the same corpus spec. Matrices are split by name into train /
-validation / test (70/15/15, seeded). COGNATE is trained on train with the
-featurizer trained end to end; validation pair accuracy picks the epoch. Every
-method is then scored on the test matrices, each choosing among the configs
-measured on that matrix:
+rebuilt from the same corpus spec. The corpus's matrix names are split into
+train / validation / test (70/15/15, seeded), so a dataset of a subset of the
+corpus keeps each matrix in the part it has in the whole. COGNATE is trained on
+train with the featurizer trained end to end; validation picks the epoch.
+``--init shipped|DIR`` starts from a saved model's weights instead (the shipped
+single-thread CPU model, for a dataset timed on several threads) and adds that
+model, as it is, to the methods. Every method is then scored on the test
+matrices, each choosing among the configs measured on that matrix:
 
 - COGNATE (the shipped model), the XGBoost ranker, the best fixed config (one
   global order learned on train, `baselines.BestFixedRanker`), random;
 - top-1 and top-5 as a fraction of the best measured config, speedup over the
   baseline config, ordered-pair accuracy, Kendall's tau, also per dense width.
 
-Writes the model to ``--ship`` (default: the package's pretrained/<op>-cpu)
-with a MODEL_CARD.md, and ``pretrain_<op>.json``, ``.md`` and ``.png`` to
-``--out``.
+Writes the model to ``--ship`` (default: the package's pretrained/<op>-cpu, or
+<op>-cpu-<T>t for data timed on T > 1 threads) with a MODEL_CARD.md, and
+``pretrain_<op>.json``, ``.md`` and ``.png`` to ``--out``.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import sys
@@ -37,15 +42,15 @@ from cognate_tvm.data import groups_from_frame, load_frame, select, split_by_mat
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.model import ModelConfig
 from cognate_tvm.model.cognate import CognateCostModel
-from cognate_tvm.model.pretrained import CARD_FILE, pretrained_path
+from cognate_tvm.model.pretrained import CARD_FILE, load_pretrained, pretrained_path, threaded_platform
 from cognate_tvm.space import create as create_space
 from cognate_tvm.train import evaluate
 
 logger = logging.getLogger("pretrain")
 
 METHODS = ("cognate", "xgboost", "best_fixed", "random")
-LABELS = {"cognate": "COGNATE (shipped)", "xgboost": "XGBoost ranker", "best_fixed": "best fixed config",
-          "random": "random"}
+LABELS = {"cognate": "COGNATE (shipped)", "init": "the --init model, not trained here", "xgboost": "XGBoost ranker",
+          "best_fixed": "best fixed config", "random": "random"}
 METRICS = (("oracle_fraction_top1", "top-1 / best"), ("oracle_fraction_topk", "top-5 / best"),
            ("speedup_top1", "top-1 speedup"), ("speedup_topk", "top-5 speedup"),
            ("speedup_oracle", "best speedup"), ("pair_accuracy", "pair acc."), ("kendall_tau", "Kendall tau"))
@@ -61,11 +66,28 @@ def load_groups(args, space):
     return frame, groups
 
 
-def fit_cognate(train, val, space, args) -> CognateCostModel:
+def data_threads(frame) -> list[int]:
+    """The thread counts the dataset was timed on (from each part's backend metadata)."""
+    return sorted({int(json.loads(b).get("num_threads") or 1) for b in frame["backend"].unique()})
+
+
+def load_init(args) -> CognateCostModel | None:
+    if args.init is None:
+        return None
+    return load_pretrained(args.op, "cpu") if args.init == "shipped" else CognateCostModel.load(args.init)
+
+
+def fit_cognate(train, val, space, args, init: CognateCostModel | None) -> CognateCostModel:
+    """A fresh model (hyperparameters from --hparams), or a copy of `init`, trained on `train`."""
     overrides = json.loads(args.hparams.read_text()) if args.hparams else {}
-    config = ModelConfig().replace(**{**overrides, "train.epochs": args.epochs, "train.lr": args.lr,
-                                      "train.train_featurizer": True})
-    model = CognateCostModel(config, seed=args.seed, progress=not args.quiet)
+    changes = {"train.epochs": args.epochs, "train.lr": args.lr, "train.train_featurizer": True}
+    if init is None:
+        model = CognateCostModel(ModelConfig().replace(**{**overrides, **changes}), seed=args.seed,
+                                 progress=not args.quiet)
+    else:
+        model = copy.deepcopy(init)
+        model.config = model.config.replace(**{**overrides, **changes})
+        model.history = []
     return model.fit(train, space=space, val_groups=val)
 
 
@@ -111,7 +133,7 @@ def plot(results: dict, path: Path, op: str) -> None:
     plt.close(fig)
 
 
-def model_card(args, frame, split, results, model, seconds) -> str:
+def model_card(args, frame, split, results, model, seconds, platform: str) -> str:
     feats = sorted(int(f) for f in frame["feat"].unique())
     train = model.config.train
     metric = f"val_{train.select_metric}"
@@ -122,16 +144,17 @@ def model_card(args, frame, split, results, model, seconds) -> str:
         loss = "pairwise margin ranking loss" + (", pairs weighted by |log time ratio|"
                                                  if train.pair_weighting == "log_ratio" else "")
     command = " ".join(["python benchmarks/pretrain.py"] + sys.argv[1:])
-    threads = sorted({json.loads(b).get("num_threads") for b in frame["backend"].unique()}, key=str)
-    threads = ", ".join(str(t) for t in threads)
-    return f"""# cognate-tvm pre-trained CPU cost model: {args.op}
+    threads = ", ".join(str(t) for t in data_threads(frame))
+    start = "" if args.init is None else f"starting from the weights of `{args.init}` (`--init`), "
+    return f"""# cognate-tvm pre-trained CPU cost model: {args.op} ({platform})
 
-- Platform: cpu (`llvm`, TVM-compiled TensorIR kernels, timed on {threads} thread(s)). Format: `CognateCostModel.save`.
+- Platform: cpu (`llvm`, TVM-compiled TensorIR kernels, timed on {threads} thread(s)); shipped as
+  `{args.op}-{platform}`, which `tune` loads for kernels on that many threads. Format: `CognateCostModel.save`.
 - Data: {frame['matrix'].nunique()} generated matrices (corpus `{args.corpus}`, {args.min_rows}-{args.max_rows}
   rows, all families), {len(frame)} measurements ({int(frame['time_ms'].isna().sum())} failed), dense widths
   {feats}; measured with `python -m cognate_tvm.collect` (docs/pretraining.md).
 - Split by matrix (seed {args.split_seed}): {len(split[0])} train / {len(split[1])} validation / {len(split[2])} test.
-- Training: {loss}, featurizer trained end to end, {args.epochs} epochs max,
+- Training: {start}{loss}, featurizer trained end to end, {args.epochs} epochs max,
   lr {args.lr}; validation {train.select_metric.replace('_', ' ')} picked epoch {best_epoch.get('epoch')}
   ({best_epoch.get(metric, float('nan')):.3f}). {seconds:.0f} s on this machine.
 
@@ -158,7 +181,10 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--hparams", type=Path, default=None,
                         help='JSON of ModelConfig overrides, e.g. {"featurizer.stem_channels": 16}')
-    parser.add_argument("--ship", type=Path, default=None, help="where to save the model (default: package data)")
+    parser.add_argument("--init", default=None,
+                        help="start from a saved model: 'shipped' (the package's CPU model of --op) or a directory")
+    parser.add_argument("--ship", type=Path, default=None,
+                        help="where to save the model (default: package data, <op>-cpu or <op>-cpu-<T>t)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/pretrain"))
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
@@ -166,18 +192,27 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     space = create_space("cpu", args.op)
     frame, groups = load_groups(args, space)
-    split = split_by_matrix([g.name for g in groups], seed=args.split_seed)
+    names = [e.name for e in load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows)]
+    split = split_by_matrix(names, seed=args.split_seed)
     train, val, test = (select(groups, names) for names in split)
+    present = {g.name for g in groups}
+    split = tuple([name for name in part if name in present] for part in split)
     logger.info("%d groups: %d train, %d validation, %d test", len(groups), len(train), len(val), len(test))
+    threads = data_threads(frame)
+    if len(threads) != 1:
+        raise SystemExit(f"error: the data mixes timings on {threads} threads; train one model per thread count")
+    platform = threaded_platform(space.platform, threads[0])
+    init = load_init(args)
     start = time.perf_counter()
-    model = fit_cognate(train, val, space, args)
+    model = fit_cognate(train, val, space, args, init)
     seconds = time.perf_counter() - start
     others = {name: baselines.create(name, seed=args.seed).fit(train, space=space) for name in METHODS[1:]}
-    results = evaluate_all({"cognate": model, **others}, test, space)
-    results_val = evaluate_all({"cognate": model, **others}, val, space)
-    ship = args.ship or pretrained_path(args.op, "cpu")
+    methods = {"cognate": model, **({"init": init} if init is not None else {}), **others}
+    results = evaluate_all(methods, test, space)
+    results_val = evaluate_all(methods, val, space)
+    ship = args.ship or pretrained_path(args.op, platform)
     model.save(ship)
-    (ship / CARD_FILE).write_text(model_card(args, frame, split, results, model, seconds))
+    (ship / CARD_FILE).write_text(model_card(args, frame, split, results, model, seconds, platform))
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"op": args.op, "split": {"train": split[0], "validation": split[1], "test": split[2]},
               "test": results, "validation": results_val, "history": model.history, "train_seconds": seconds,

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cognate_tvm import space, tuner
+from cognate_tvm import baselines, space, tuner
 from cognate_tvm.backends.base import pick_checked
 from cognate_tvm.matrix import FAMILIES, generate
 from cognate_tvm.ops import get_op
@@ -92,7 +92,7 @@ def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, p
            "tune_rejected": len(tuned.rejected), "random_rejected": len(random_pick.rejected),
            "notes": tuned.notes, "sweep": sweep_times(sweep, random_pick.rejected)}
     if tuned.oracle is not None:
-        row.update(oracle_report(tuned.oracle, sweep, random_pick))
+        row.update(oracle_report(tuned.oracle))
     if vendor:
         v = tuner.vendor_report(backend, op, matrix, feat, seed)
         row.update(vendor=v["name"], vendor_method=v["method"], vendor_ms=v["time_ms"])
@@ -139,6 +139,8 @@ def retime(rows: list[dict], matrices: dict, *, backend, op, feat: int, top_k: i
             for c in configs:
                 samples[c].append((times.get(c), times.get(baseline)))
         final = {**row, "retime_rounds": rounds, "baseline_ms": _median([t for t, _ in samples[baseline]])}
+        if row.get("oracle_ms"):
+            final["baseline_oracle_fraction"] = _ratio(row["oracle_ms"], final["baseline_ms"])
         for method, config in picks.items():
             pairs = samples.get(config, []) if config is not None else []
             final[f"{method}_config"] = None if config is None else config.to_dict()
@@ -184,34 +186,17 @@ def random_same_budget(rows: list[dict], k: int, *, draws: int = 1000, seed: int
 
 
 def best_fixed_leave_one_out(rows: list[dict]) -> list[str]:
-    """Per matrix, the config (JSON) of the sweep with the best geomean speedup on the other matrices'
-    sweeps, among configs that ran on all of them; the baseline when that config failed on this one."""
-    picks = []
-    for n, row in enumerate(rows):
-        base = row["sweep"][0][0]
-        others = [dict(r["sweep"]) for m, r in enumerate(rows) if m != n]
-        own = dict(row["sweep"])
-        ran = [c for c in own if all(o.get(c) and o.get(base) for o in others)]
-        score = {c: np.mean([np.log(o[base] / o[c]) for o in others]) for c in ran}
-        pick = max(score, key=score.get) if score else base
-        picks.append(pick if own.get(pick) else base)
-    return picks
+    """Per matrix, the config (JSON) of the sweep that is best on the other matrices' sweeps
+    (`baselines.best_fixed_leave_one_out`); the baseline when it failed on this one."""
+    own = {n: dict(row["sweep"]) for n, row in enumerate(rows)}
+    picks = baselines.best_fixed_leave_one_out(own)
+    return [pick if own[n].get(pick) else row["sweep"][0][0] for (n, pick), row in zip(picks.items(), rows)]
 
 
-def oracle_report(oracle, sweep, random_pick) -> dict:
-    """Tune's and random's picks as fractions of the oracle (the fastest config of the oracle sweep).
-
-    Tune's fraction comes from the oracle sweep itself; random's compares its own
-    sweep's best with the oracle's time, which is exact on a deterministic
-    simulator and within timing noise on hardware.
-    """
-    base_ms = sweep[0].time_ms if sweep[0].ok else None  # the sweep starts with the baseline
-    random_ms = random_pick.best.time_ms if random_pick.best is not None else None
+def oracle_report(oracle) -> dict:
+    """The oracle sweep's best (the picks' fractions of it come from the re-timing, `retime`)."""
     return {"oracle_ms": oracle.time_ms, "oracle_config": oracle.config.to_dict(),
-            "oracle_whole_space": oracle.whole_space, "oracle_configs": oracle.configs_measured,
-            "tune_oracle_fraction": oracle.fraction,
-            "random_oracle_fraction": _ratio(oracle.time_ms, random_ms),
-            "baseline_oracle_fraction": _ratio(oracle.time_ms, base_ms)}
+            "oracle_whole_space": oracle.whole_space, "oracle_configs": oracle.configs_measured}
 
 
 def _ratio(a, b):

@@ -125,3 +125,20 @@ def test_pool_sample_is_seeded_per_matrix():
     assert a[0] == cpu.baseline() and set(a[1:]) <= set(pool) and a != b
     assert a == config_sample(cpu, 50, 0, "a", pool)
     assert np.all([c in pool or c == cpu.baseline() for c in b])
+
+
+def test_thread_candidates_sample_only_what_tune_ranks_on_that_many_threads(tmp_path, capsys):
+    cpu = space.create("cpu", "spmm")
+    parallel = cpu.candidates(2)
+    pool = cpu.sample_covering(60, seed=0, configs=parallel)
+    assert all(c.parallel for c in pool) and len(set(pool)) == 60
+    assert all(c.parallel for c in config_sample(cpu, 40, 0, "a", candidates=parallel))
+    # the CLI: llvm on 2 threads, a 2-config sample from a parallel-only pool per matrix
+    out = tmp_path / "ds"
+    assert main(["--target", "llvm", "--op", "spmm", "--corpus", "synthetic:2:5", "--min-rows", "200",
+                 "--max-rows", "400", "--configs-per-matrix", "2", "--pool", "40", "--feat", "16",
+                 "--threads", "2", "--thread-candidates", "--repeats", "1", "--quiet", "--out", str(out)]) == 0
+    frame = load_frame(out)
+    configs = [cpu.config_from_json(c) for c in frame["config"]]
+    assert len(frame) == 6 and frame["time_ms"].notna().all() and all(c.parallel for c in configs)
+    assert {json.loads(b)["num_threads"] for b in frame["backend"]} == {2}

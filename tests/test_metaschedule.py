@@ -122,6 +122,21 @@ def test_adapter_with_no_arguments_loads_the_shipped_model(matrix, shipped, cont
         msc.CognateModel(pretrained_root=shipped / "none").set_workload("spmm", matrix, FEAT)
 
 
+def test_adapter_ranks_configs_outside_the_thread_counts_candidates_last(matrix, shipped, context):
+    cands = _candidates("spmm", matrix, [(n, n + 1) for n in range(0, 39, 2)])
+    unaware = msc.CognateModel(pretrained_root=shipped).set_workload("spmm", matrix, FEAT)
+    configs = unaware.decode(cands)
+    parallel = np.array([c.parallel for c in configs])
+    assert parallel.any() and not parallel.all()
+    raw = unaware.predict(context, cands)
+    for threads in (1, 2):
+        adapter = msc.CognateModel(pretrained_root=shipped).set_workload("spmm", matrix, FEAT, num_threads=threads)
+        scores = adapter.predict(context, cands)
+        inside = parallel == (threads > 1)  # CPUSpace.candidates: parallel configs on 2+ threads, serial on 1
+        assert scores[inside].min() > scores[~inside].max()
+        np.testing.assert_allclose(scores[inside], raw[inside])  # the candidates keep the model's order
+
+
 def test_adapter_update_finetunes_and_saves(matrix, shipped, context, tmp_path):
     adapter = msc.CognateModel(pretrained_root=shipped, finetune_after=3, finetune_epochs=2, op="spmm",
                                matrix=matrix, feat=FEAT)

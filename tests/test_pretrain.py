@@ -37,6 +37,18 @@ def test_best_fixed_picks_the_config_closest_to_each_best():
     assert model.best() == configs[int(np.argmin(only[0].times_ms))].to_json()
 
 
+def run_pretrain(argv: list[str]) -> None:
+    """benchmarks/pretrain.py as a script with `argv`; it must exit 0."""
+    old = sys.argv
+    sys.argv = argv
+    try:
+        with pytest.raises(SystemExit) as done:
+            runpy.run_path(str(ROOT / "benchmarks" / "pretrain.py"), run_name="__main__")
+        assert done.value.code == 0
+    finally:
+        sys.argv = old
+
+
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory):
     """benchmarks/pretrain.py run on a small synthetic-time CPU dataset; returns its dirs."""
@@ -56,14 +68,7 @@ def shipped(tmp_path_factory):
     argv = ["pretrain.py", "--op", "spmm", "--data", str(tmp / "data"), str(tmp / "data64"), "--corpus", corpus, "--min-rows", "100",
             "--max-rows", "400", "--epochs", "10", "--lr", "3e-3", "--hparams", str(hparams),
             "--ship", str(tmp / "models" / "spmm-cpu"), "--out", str(tmp / "out"), "--quiet"]
-    old = sys.argv
-    sys.argv = argv
-    try:
-        with pytest.raises(SystemExit) as done:
-            runpy.run_path(str(ROOT / "benchmarks" / "pretrain.py"), run_name="__main__")
-        assert done.value.code == 0
-    finally:
-        sys.argv = old
+    run_pretrain(argv)
     return tmp
 
 
@@ -89,6 +94,50 @@ def test_pretrain_writes_model_card_report_and_plot(shipped):
     assert np.all(np.isfinite(model.predict(matrix, cpu.sample(50, seed=0), space=cpu, feat=32)))
 
 
+class TwoThreadBackend(FakeBackend):
+    """Fake timings recorded as taken on 2 threads (what `Backend.metadata` stores)."""
+
+    def metadata(self):
+        return {"target": "fake", "num_threads": 2}
+
+
+def test_init_fine_tunes_a_shipped_model_on_two_thread_data_shipped_as_its_own_variant(shipped, tmp_path):
+    from cognate_tvm import tuner
+
+    cpu = space.create("cpu", "spmm")
+    corpus = "synthetic:12:3"
+    entries = load_corpus(corpus, min_rows=100, max_rows=400)
+    configs = {e.name: config_sample(cpu, 20, 0, e.name, candidates=cpu.candidates(2)) for e in entries}
+    assert all(c.parallel for sample in configs.values() for c in sample)
+    collect(TwoThreadBackend(cpu), "spmm", entries, configs, tmp_path / "data2t", feat=32, progress=False)
+    models = tmp_path / "models"
+    for f in (shipped / "models" / "spmm-cpu").iterdir():  # the 1-thread model ships beside it
+        (models / "spmm-cpu").mkdir(parents=True, exist_ok=True)
+        (models / "spmm-cpu" / f.name).write_bytes(f.read_bytes())
+    argv = ["pretrain.py", "--op", "spmm", "--data", str(tmp_path / "data2t"), "--corpus", corpus,
+            "--min-rows", "100", "--max-rows", "400", "--epochs", "3", "--lr", "1e-3",
+            "--init", str(models / "spmm-cpu"), "--out", str(tmp_path / "out"), "--quiet",
+            "--ship", str(models / "spmm-cpu-2t")]
+    run_pretrain(argv)
+    report = json.loads((tmp_path / "out" / "pretrain_spmm.json").read_text())
+    assert set(report["test"]) == {"cognate", "init", "xgboost", "best_fixed", "random"}
+    # the split is the corpus's: each matrix sits where the 1-thread run put it
+    first = json.loads((shipped / "out" / "pretrain_spmm.json").read_text())["split"]
+    assert report["split"] == first
+    card = (models / "spmm-cpu-2t" / "MODEL_CARD.md").read_text()
+    assert "timed on 2 thread(s)" in card and "spmm-cpu-2t" in card and "--init" in card
+    assert available_pretrained(root=models) == [("spmm", "cpu"), ("spmm", "cpu-2t")]
+    # tune and CognateModel load the variant of the kernels' thread count, else the closest, with a note
+    _, source, notes = tuner.load_shipped_model("spmm", "cpu", root=models, threads=2)
+    assert source == str(models / "spmm-cpu-2t") and notes == []
+    _, source, notes = tuner.load_shipped_model("spmm", "cpu", root=models, threads=8)
+    assert source == str(models / "spmm-cpu-2t") and "trained on 2-thread timings" in notes[0]
+    _, source, notes = tuner.load_shipped_model("spmm", "cpu", root=models, threads=1)
+    assert source == str(models / "spmm-cpu") and notes == []
+    _, source, notes = tuner.load_shipped_model("spmm", "cpu", root=shipped / "models", threads=2)
+    assert source == str(shipped / "models" / "spmm-cpu") and "trained on 1-thread timings" in notes[0]
+
+
 def test_missing_pair_and_other_version_give_clear_errors(shipped):
     root = shipped / "models"
     with pytest.raises(PretrainedNotFoundError, match=r"'sddmm' on platform 'cpu'.*shipped: spmm/cpu"):
@@ -105,11 +154,17 @@ def test_missing_pair_and_other_version_give_clear_errors(shipped):
         load_pretrained("spmm", "cpu", root=root / "old")
 
 
+@pytest.mark.parametrize("platform", ["cpu", "cpu-2t"])
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
-def test_shipped_cpu_models_load_and_rank(op):
-    """The package ships a pre-trained CPU model of each op, small, with a model card."""
-    model = load_pretrained(op, "cpu")
-    path = pretrained_path(op, "cpu")
+def test_shipped_cpu_models_load_and_rank(op, platform):
+    """The package ships a pre-trained CPU model of each op for 1 and 2 threads, small, with a model card;
+    tune loads the one of the kernels' thread count."""
+    from cognate_tvm import tuner
+
+    model = load_pretrained(op, platform)
+    path = pretrained_path(op, platform)
+    threads = 2 if platform == "cpu-2t" else 1
+    assert tuner.load_shipped_model(op, "cpu", threads=threads)[1:] == (str(path), [])
     assert sum(f.stat().st_size for f in path.iterdir()) < 10 * 2**20
     assert "Rebuild: `python benchmarks/pretrain.py" in (path / "MODEL_CARD.md").read_text()
     cpu = space.create("cpu", op)

@@ -27,7 +27,7 @@ Each takes the same calls as COGNATE: ``fit(source groups, space=source space)``
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -176,6 +176,37 @@ class RandomRanker(RankingModel):
         return rng.random(len(configs))
 
 
+def mean_log_slowdown(tables: Sequence[Mapping[Hashable, float | None]], *,
+                      min_tables: int = 1) -> dict[Hashable, float]:
+    """{config: mean over `tables` of ln(its time / that table's fastest time)}, for the configs
+    timed (finite, > 0) in at least `min_tables` of the tables (each table: config -> time)."""
+    sums: dict[Hashable, list[float]] = {}
+    for table in tables:
+        timed = {c: float(t) for c, t in table.items() if t is not None and np.isfinite(t) and t > 0}
+        if not timed:
+            continue
+        fastest = min(timed.values())
+        for config, t in timed.items():
+            sums.setdefault(config, []).append(float(np.log(t / fastest)))
+    return {c: float(np.mean(v)) for c, v in sums.items() if len(v) >= min_tables}
+
+
+def best_fixed_leave_one_out(tables: Mapping[Hashable, Mapping[Hashable, float | None]]) -> dict:
+    """{name: the best fixed config of the other tables} (None when no config was timed in all of them).
+
+    Each table (config -> time) is left out in turn; the config with the lowest
+    `mean_log_slowdown` over the rest, among the configs timed in every one of them,
+    is its pick: the best fixed config as a user who had measured only the other
+    matrices would choose it.
+    """
+    picks = {}
+    for name in tables:
+        others = [t for other, t in tables.items() if other != name]
+        scores = mean_log_slowdown(others, min_tables=len(others)) if others else {}
+        picks[name] = min(scores, key=scores.get) if scores else None
+    return picks
+
+
 class BestFixedRanker(RankingModel):
     """The best fixed config (and the order behind it), chosen on training matrices.
 
@@ -192,15 +223,8 @@ class BestFixedRanker(RankingModel):
         self.scores: dict[str, float] = {}
 
     def _fit(self, groups: Sequence[Group]) -> "BestFixedRanker":
-        sums: dict[str, list[float]] = {}
-        for group in groups:
-            group = group.ok()
-            if not group.configs:
-                continue
-            slowdown = np.log(group.times_ms / group.times_ms.min())
-            for config, value in zip(group.configs, slowdown):
-                sums.setdefault(config.to_json(), []).append(float(value))
-        self.scores = {key: float(np.mean(v)) for key, v in sums.items() if len(v) >= self.min_groups}
+        tables = [{c.to_json(): t for c, t in zip(g.configs, g.times_ms)} for g in groups]
+        self.scores = mean_log_slowdown(tables, min_tables=self.min_groups)
         if not self.scores:
             raise ValueError("BestFixedRanker: no config measured in enough groups")
         return self

@@ -3,7 +3,7 @@
     python -m cognate_tvm.collect --target {llvm,spade,cuda} --op {spmm,sddmm}
         --corpus synthetic:N[:SEED]|DIR --configs-per-matrix C --out DIR
         [--seed S] [--feat N[,N...]] [--pool P] [--chunk K] [--min-rows R] [--max-rows R]
-        [--subset-max-rows R]
+        [--subset-max-rows R] [--thread-candidates]
         [--threads T] [--repeats R] [--timeout S] [--check] [--quiet]
         [--executor {local,ray} [--ray-address ADDR] [--workers W]]
         [--rpc-tracker HOST:PORT --rpc-key KEY]
@@ -18,7 +18,9 @@ the data teaches how the best config moves with N. ``--subset-max-rows R``
 measures only the corpus's matrices of at most R rows while keeping the corpus
 itself (its names and sizes) that of --min-rows/--max-rows, so a second, costlier
 pass (a wider N) over the smaller matrices shares names, and so the train /
-validation / test split, with the first.
+validation / test split, with the first. ``--thread-candidates`` samples only the
+configs `tune` ranks for the backend's thread count (`Space.candidates`: on llvm
+with 2+ threads, the parallel ones), for a multi-thread dataset.
 Results go to a Parquet dataset (`cognate_tvm.data`): one part per chunk of K
 configs, written atomically, so a run killed at any point (even with -9)
 resumes where it stopped when started again with the same arguments, losing
@@ -51,12 +53,13 @@ log = logging.getLogger(__name__)
 
 
 def config_sample(platform_space: space.Space, count: int, seed: int, name: str,
-                  pool: Sequence[space.Config] | None = None) -> list[space.Config]:
+                  pool: Sequence[space.Config] | None = None,
+                  candidates: Sequence[space.Config] | None = None) -> list[space.Config]:
     """The baseline plus `count` configs, seeded by (seed, matrix name): drawn from `pool`
-    when given, else a sample of the whole space that covers every knob value."""
+    when given, else a sample of `candidates` (default: the whole space) that covers every knob value."""
     sub_seed = [int(seed), zlib.crc32(name.encode())]
     if pool is None:
-        sample = platform_space.sample_covering(count, seed=sub_seed)
+        sample = platform_space.sample_covering(count, seed=sub_seed, configs=candidates)
     else:
         rng = np.random.default_rng(sub_seed)
         sample = [pool[i] for i in sorted(rng.choice(len(pool), size=min(count, len(pool)), replace=False))]
@@ -131,8 +134,12 @@ def run(args: argparse.Namespace) -> dict:
                             args.subset_max_rows)
     backend = make_backend(args)
     platform_space = space.create(backend.platform, args.op)
-    pool = platform_space.sample_covering(args.pool, seed=args.seed) if args.pool else None
-    configs = {entry.name: config_sample(platform_space, args.configs_per_matrix, args.seed, entry.name, pool)
+    # --thread-candidates: only what tune ranks for this thread count (on 2+ threads the parallel
+    # configs), so a multi-thread dataset spends no time on kernels that leave cores idle
+    candidates = platform_space.candidates(backend.kernel_threads()) if args.thread_candidates else None
+    pool = platform_space.sample_covering(args.pool, seed=args.seed, configs=candidates) if args.pool else None
+    configs = {entry.name: config_sample(platform_space, args.configs_per_matrix, args.seed, entry.name, pool,
+                                         candidates)
                for entry in corpus}
     with make_executor(args) as executor:
         for n, feat in enumerate(feats):
@@ -161,6 +168,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--subset-max-rows", type=int, default=None,
                         help="synthetic corpus: measure only its matrices of at most this many rows")
     parser.add_argument("--threads", type=int, default=None, help="llvm: threads (default: all cores)")
+    parser.add_argument("--thread-candidates", action="store_true",
+                        help="sample only the configs tune ranks for the thread count (llvm 2+ threads: parallel)")
     parser.add_argument("--repeats", type=int, default=3, help="llvm: timed repeats per config (median)")
     parser.add_argument("--timeout", type=float, default=5.0, help="llvm: seconds one kernel call may take")
     parser.add_argument("--check", action="store_true", help="compare each output with scipy")

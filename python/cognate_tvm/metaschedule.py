@@ -8,8 +8,9 @@
 trace into a :class:`~cognate_tvm.space.cpu.CPUConfig`, asks the wrapped
 :class:`~cognate_tvm.model.cognate.CognateCostModel` for scores, and hands the
 measured times back to its ``finetune``. With no arguments it loads the
-shipped CPU model of the workload's op (``load_pretrained(op, "cpu")``) when
-the workload becomes known (`tune_sparse` tells it; `set_workload` by hand).
+shipped CPU model of the workload's op and thread count
+(``tuner.load_shipped_model``) when the workload becomes known (`tune_sparse`
+tells it; `set_workload` by hand).
 
 The workloads are TensorIR specialized to one matrix (M, K, nnz and N are
 constants, as ``ArgInfo.from_prim_func`` needs), a "row" block per row and an
@@ -348,6 +349,11 @@ def sparse_space(op: str | Op, feat: int, workers: int) -> ms.space_generator.Sc
 
 # -- the cost model adapter --------------------------------------------------------------
 
+# added to the model's score (lower = faster) of a config that `Space.candidates` leaves out at the
+# workload's thread count: far above any score's spread, so such configs rank after every candidate
+OUTSIDE_CANDIDATES = 1e3
+
+
 @derived_object
 class CognateModel(ms.cost_model.PyCostModel):
     """MetaSchedule cost model backed by a `CognateCostModel` (a thin adapter).
@@ -355,8 +361,9 @@ class CognateModel(ms.cost_model.PyCostModel):
     Parameters
     ----------
     model : CognateCostModel or None
-        The wrapped model; None loads the shipped CPU model of the workload's op
-        (``load_pretrained(op, "cpu", root=pretrained_root)``) once the workload is known.
+        The wrapped model; None loads the shipped CPU model of the workload's op and
+        thread count (``tuner.load_shipped_model(op, "cpu", threads=...)``) once the
+        workload is known.
     pretrained_root : directory of shipped models (default: the package's).
     finetune_after : fine-tune once this many new successful measurements have
         arrived (0 disables fine-tuning).
@@ -379,6 +386,7 @@ class CognateModel(ms.cost_model.PyCostModel):
         self.feat: int | None = None
         self.space: CPUSpace | None = None
         self._variants: list[Variant] = []
+        self._candidates: set[CPUConfig] | None = None
         self.records: list[tuple[CPUConfig, float]] = []  # (config, time in ms)
         self.pending = 0
         self.finetunes = 0
@@ -388,17 +396,25 @@ class CognateModel(ms.cost_model.PyCostModel):
                 raise ValueError("give op, matrix and feat together (or none, and call set_workload later)")
             self.set_workload(op, matrix, feat)
 
-    def set_workload(self, op: str | Op, matrix: sp.csr_matrix, feat: int) -> "CognateModel":
-        """The sparse workload being tuned (op, its matrix, the dense width); loads the shipped model if needed."""
+    def set_workload(self, op: str | Op, matrix: sp.csr_matrix, feat: int, *,
+                     num_threads: int | None = None) -> "CognateModel":
+        """The sparse workload being tuned (op, its matrix, the dense width, the kernels' threads);
+        loads the shipped CPU model of that thread count (or the closest that ships) if needed."""
         self.op, self.matrix, self.feat = get_op(op), sp.csr_matrix(matrix), int(feat)
         self.space = CPUSpace(self.op)
         self._variants = variants(self.op, self.feat)
+        # what tune would rank on that many threads (on 2+, the parallel configs): the rest go last,
+        # as a model trained on multi-thread timings of parallel kernels never saw a serial one
+        self._candidates = set(self.space.candidates(num_threads)) if num_threads is not None else None
         self._scores.clear()
         if self.model is None:
-            from .model.pretrained import load_pretrained
+            from .tuner import load_shipped_model
 
-            self.model = load_pretrained(self.op.name, "cpu", root=self.pretrained_root)
-            log.info("CognateModel: loaded the shipped %s CPU model", self.op.name)
+            self.model, source, notes = load_shipped_model(self.op.name, "cpu", root=self.pretrained_root,
+                                                           threads=num_threads)
+            log.info("CognateModel: loaded the shipped %s model %s", self.op.name, source)
+            for note in notes:
+                log.warning("CognateModel: %s", note)
         return self
 
     def _need_workload(self) -> None:
@@ -419,8 +435,12 @@ class CognateModel(ms.cost_model.PyCostModel):
         todo = list(dict.fromkeys(c for c in configs if c not in self._scores))
         if todo:
             scores = self.model.predict(self.matrix, todo, space=self.space, feat=self.feat)
-            self._scores.update(zip(todo, (float(s) for s in scores)))
+            self._scores.update(zip(todo, (float(s) + self._outside_penalty(c) for c, s in zip(todo, scores))))
         return np.array([-self._scores[c] for c in configs], dtype=np.float64)
+
+    def _outside_penalty(self, config: CPUConfig) -> float:
+        """OUTSIDE_CANDIDATES for a config that is not a candidate at the workload's thread count, else 0."""
+        return 0.0 if self._candidates is None or config in self._candidates else OUTSIDE_CANDIDATES
 
     def update(self, context, candidates, results) -> None:
         """Record (config, time) of each successful run; fine-tune when enough are new."""
@@ -621,7 +641,7 @@ def tune_sparse(op: str | Op, matrix: sp.csr_matrix, *, feat: int = 128, target=
     if cost_model is None:
         cost_model = CognateModel(pretrained_root=pretrained_root)
     if isinstance(cost_model, CognateModel):
-        cost_model.set_workload(op, matrix, feat)
+        cost_model.set_workload(op, matrix, feat, num_threads=num_threads)
     inputs = save_sparse_arguments(op, matrix, feat, work_dir / f"{op.name}_inputs.npz")
     mod = sparse_module(op, matrix, feat)
     runner = ms.runner.LocalRunner(

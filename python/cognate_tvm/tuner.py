@@ -176,23 +176,33 @@ def load_model(path: str | os.PathLike):
         raise ValueError(f"cannot read the model in {path}: {type(exc).__name__}: {exc}") from None
 
 
-def load_shipped_model(op: Op | str, platform: str, *,
-                       root: str | os.PathLike | None = None) -> tuple[object, str, list[str]]:
-    """(model, where it came from, notes): the shipped model of (`op`, `platform`).
+def load_shipped_model(op: Op | str, platform: str, *, root: str | os.PathLike | None = None,
+                       threads: int | None = None) -> tuple[object, str, list[str]]:
+    """(model, where it came from, notes): the shipped model of (`op`, `platform`) for kernels on
+    `threads` threads (None: the target has no thread setting).
 
-    A platform without one gets the shipped CPU model, used zero-shot (a note
-    says so). PretrainedNotFoundError when neither ships, naming what does.
+    The model of the closest thread count that ships is taken (a note says so when it is not
+    `threads`). A platform without one gets the shipped CPU model, used zero-shot (a note says
+    so). PretrainedNotFoundError when neither ships, naming what does.
     """
-    from .model.pretrained import load_pretrained, pretrained_path
+    from .model.pretrained import load_pretrained, pretrained_path, thread_variants
 
     op = get_op(op)
-    try:
-        return load_pretrained(op.name, platform, root=root), str(pretrained_path(op.name, platform, root=root)), []
-    except PretrainedNotFoundError as exc:
-        if platform == SOURCE_PLATFORM:
-            raise PretrainedNotFoundError(f"{exc}. Pass a saved model with --model PATH (library: model=...), "
-                                          f"or build one with benchmarks/pretrain.py") from None
-        first = str(exc)
+    first = None
+    for name, trained_threads in thread_variants(platform, threads, root=root):
+        try:
+            model = load_pretrained(op.name, name, root=root)
+        except PretrainedNotFoundError as exc:
+            first = first or str(exc)
+            continue
+        notes = []
+        if threads is not None and trained_threads != max(1, int(threads)):
+            notes.append(f"no shipped {op.name} model for {platform} kernels on {threads} thread(s): the one "
+                         f"trained on {trained_threads}-thread timings ({name}) ranks the configs")
+        return model, str(pretrained_path(op.name, name, root=root)), notes
+    if platform == SOURCE_PLATFORM:
+        raise PretrainedNotFoundError(f"{first}. Pass a saved model with --model PATH (library: model=...), "
+                                      f"or build one with benchmarks/pretrain.py") from None
     try:
         model = load_pretrained(op.name, SOURCE_PLATFORM, root=root)
     except PretrainedNotFoundError as exc:
@@ -327,7 +337,8 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
                               desc=f"baseline + sample of {len(sample)}" if sample else "baseline")
     notes: list[str] = []
     if model is None:
-        model, model_source, notes = load_shipped_model(op, backend.platform, root=pretrained_root)
+        model, model_source, notes = load_shipped_model(op, backend.platform, root=pretrained_root,
+                                                        threads=backend.kernel_threads())
     tuned = TuneResult(baseline=results[0], measured=results, predicted_rank=[], model=model,
                        model_source=model_source, sampled=len(sample), notes=notes)
     if sample:
@@ -560,7 +571,8 @@ def compile_top_k(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat
     platform_space = space.create(backend.platform, op.name)
     notes: list[str] = []
     if model is None:
-        model, model_source, notes = load_shipped_model(op, backend.platform, root=pretrained_root)
+        model, model_source, notes = load_shipped_model(op, backend.platform, root=pretrained_root,
+                                                        threads=backend.kernel_threads())
     ranked = model.rank(matrix, platform_space.candidates(backend.kernel_threads()), space=platform_space,
                         feat=feat)[:top_k]
     directory = Path(directory)

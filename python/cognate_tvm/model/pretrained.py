@@ -5,6 +5,11 @@ package, written by `CognateCostModel.save` (weights, hyperparameters, format
 version) plus a ``MODEL_CARD.md`` (data, split, metrics, the command that
 rebuilds it). The CPU models are pre-trained on CPU measurements
 (``benchmarks/pretrain.py``); target models are fine-tuned from them.
+
+A model of kernels that run on T > 1 threads ships as ``<op>-<platform>-<T>t``
+(`threaded_platform`): the knobs that spread work over cores (`parallel`,
+`chunk` on the CPU) and the memory bandwidth they share change which config
+wins, so single-thread timings cannot teach them.
 """
 from __future__ import annotations
 
@@ -22,6 +27,28 @@ CARD_FILE = "MODEL_CARD.md"
 def pretrained_path(op: str, platform: str, *, root: str | os.PathLike | None = None) -> Path:
     """Directory of the shipped model of (`op`, `platform`) (it may not exist)."""
     return Path(root or PRETRAINED_DIR) / f"{get_op(op).name}-{platform}"
+
+
+def threaded_platform(platform: str, threads: int | None) -> str:
+    """The shipped-model platform name of `platform` with kernels on `threads` threads
+    (`platform` itself for one thread or no thread setting, else ``<platform>-<T>t``)."""
+    return platform if threads is None or int(threads) <= 1 else f"{platform}-{int(threads)}t"
+
+
+def thread_variants(platform: str, threads: int | None, *,
+                    root: str | os.PathLike | None = None) -> list[tuple[str, int]]:
+    """(platform name, threads) of the shipped models of `platform`'s thread variants, the closest
+    to `threads` first (ties: the fewer threads), the single-thread one last unless it is asked for."""
+    base = Path(root or PRETRAINED_DIR)
+    counts = {1}
+    for directory in (base.iterdir() if base.is_dir() else []):
+        _, _, name = directory.name.partition("-")
+        head, _, tail = name.rpartition("-")
+        if head == platform and tail.endswith("t") and tail[:-1].isdigit():
+            counts.add(int(tail[:-1]))
+    wanted = 1 if threads is None else max(1, int(threads))
+    order = sorted(counts, key=lambda t: (wanted > 1 and t == 1, abs(t - wanted), t))
+    return [(threaded_platform(platform, t), t) for t in order]
 
 
 def available_pretrained(*, root: str | os.PathLike | None = None) -> list[tuple[str, str]]:

@@ -131,14 +131,15 @@ class Space(ABC):
         rng = np.random.default_rng(seed)
         return [space[i] for i in sorted(rng.choice(len(space), size=count, replace=False))]
 
-    def sample_covering(self, count: int, seed: int) -> list[Config]:
+    def sample_covering(self, count: int, seed: int, configs: Sequence[Config] | None = None) -> list[Config]:
         """`count` distinct configs in which every value of every config field occurs.
 
         Each (field, value) not yet covered gets one random config that has it;
         the rest are drawn uniformly. Training data sampled this way never leaves
         a knob value unseen (a plain uniform sample of a large space can).
+        `configs` (default: the whole space) is what is sampled from.
         """
-        space = self.configs()
+        space = list(self.configs() if configs is None else configs)
         if count >= len(space):
             return list(space)
         rng = np.random.default_rng(seed)
