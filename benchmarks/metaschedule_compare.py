@@ -93,13 +93,18 @@ def run_one(name, matrix, *, op, method, trials, feat, threads, seed, pretrained
     return row
 
 
+def config_key(space, row: dict) -> str:
+    """The JSON of a run's best config, as `time_run_configs` keys its re-timings."""
+    return space.config_from_dict(row["config"]).to_json()
+
+
 def time_run_configs(rows: list[dict], matrices, *, op, feat, threads, path: Path) -> dict:
     """{matrix: {config json: ms or None}}: every run's best config timed on every matrix (resumes from `path`)."""
     from cognate_tvm.kernels.cpu import cpu_target
     from cognate_tvm.metaschedule import schedule_config, time_module
 
     space = create_space("cpu", op)
-    pool = sorted({space.config_from_dict(r["config"]).to_json() for r in rows if r.get("config")})
+    pool = sorted({config_key(space, r) for r in rows if r.get("config")})
     times: dict = {}
     if path.is_file():
         for r in map(json.loads, path.read_text().splitlines()):
@@ -136,8 +141,7 @@ def add_retimed(rows: list[dict], times: dict, space) -> None:
     and the best re-timed config of that matrix (``retimed_best_ms``)."""
     for r in rows:
         own = {c: t for c, t in times.get(r["matrix"], {}).items() if t}
-        key = space.config_from_dict(r["config"]).to_json() if r.get("config") else None
-        r["retimed_ms"] = own.get(key)
+        r["retimed_ms"] = own.get(config_key(space, r)) if r.get("config") else None
         r["retimed_best_ms"] = min(own.values()) if own else None
 
 

@@ -192,8 +192,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     space = create_space("cpu", args.op)
     frame, groups = load_groups(args, space)
-    names = [e.name for e in load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows)]
-    split = split_by_matrix(names, seed=args.split_seed)
+    corpus_names = [e.name for e in load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows)]
+    split = split_by_matrix(corpus_names, seed=args.split_seed)
     train, val, test = (select(groups, names) for names in split)
     present = {g.name for g in groups}
     split = tuple([name for name in part if name in present] for part in split)

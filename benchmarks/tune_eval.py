@@ -108,9 +108,7 @@ def picks_of(rows: list[dict], space, *, top_k: int, seed: int) -> list[dict]:
     out = []
     for n, row in enumerate(rows):
         entries = row["sweep"]
-        rng = np.random.default_rng([seed, n])
-        drawn = [entries[i] for i in rng.choice(np.arange(1, len(entries)), size=min(top_k, len(entries) - 1),
-                                                replace=False)]
+        drawn = [entries[i] for i in budget_draw(np.random.default_rng([seed, n]), len(entries), top_k)]
         ran = [e for e in [entries[0], *drawn] if e[1]]
         same = min(ran, key=lambda e: e[1])[0] if ran else None
         picks = {"tune": row["tune_config"], "random": row["random_config"], "random_same_budget": same,
@@ -166,6 +164,11 @@ def sweep_times(sweep, rejected) -> list:
     return [[r.config.to_json(), r.time_ms if r.ok and r.config not in wrong else None] for r in sweep]
 
 
+def budget_draw(rng: np.random.Generator, sweep_size: int, k: int) -> np.ndarray:
+    """Indices of `k` random configs of a sweep of `sweep_size`, besides its baseline (index 0)."""
+    return rng.choice(np.arange(1, sweep_size), size=min(k, sweep_size - 1), replace=False)
+
+
 def random_same_budget(rows: list[dict], k: int, *, draws: int = 1000, seed: int = 0) -> dict:
     """Geomean speedup of the baseline + `k` random configs of each sweep (the fastest kept), over
     seeded draws: median and the 10th-90th percentiles of the draws' geomeans."""
@@ -178,7 +181,7 @@ def random_same_budget(rows: list[dict], k: int, *, draws: int = 1000, seed: int
     for _ in range(draws):
         logs = []
         for times in sweeps:
-            pick = rng.choice(np.arange(1, len(times)), size=min(k, len(times) - 1), replace=False)
+            pick = budget_draw(rng, len(times), k)
             logs.append(np.log(times[0] / np.nanmin(np.append(times[pick], times[0]))))
         geomeans.append(float(np.exp(np.mean(logs))))
     p10, median, p90 = np.percentile(geomeans, [10, 50, 90])

@@ -1,6 +1,7 @@
 """Pre-training: the best-fixed baseline, benchmarks/pretrain.py end to end, shipped-model loading."""
 import json
 import runpy
+import shutil
 import sys
 from pathlib import Path
 
@@ -111,9 +112,7 @@ def test_init_fine_tunes_a_shipped_model_on_two_thread_data_shipped_as_its_own_v
     assert all(c.parallel for sample in configs.values() for c in sample)
     collect(TwoThreadBackend(cpu), "spmm", entries, configs, tmp_path / "data2t", feat=32, progress=False)
     models = tmp_path / "models"
-    for f in (shipped / "models" / "spmm-cpu").iterdir():  # the 1-thread model ships beside it
-        (models / "spmm-cpu").mkdir(parents=True, exist_ok=True)
-        (models / "spmm-cpu" / f.name).write_bytes(f.read_bytes())
+    shutil.copytree(shipped / "models" / "spmm-cpu", models / "spmm-cpu")  # the 1-thread model ships beside it
     argv = ["pretrain.py", "--op", "spmm", "--data", str(tmp_path / "data2t"), "--corpus", corpus,
             "--min-rows", "100", "--max-rows", "400", "--epochs", "3", "--lr", "1e-3",
             "--init", str(models / "spmm-cpu"), "--out", str(tmp_path / "out"), "--quiet",

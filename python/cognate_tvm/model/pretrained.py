@@ -39,10 +39,8 @@ def thread_variants(platform: str, threads: int | None, *,
                     root: str | os.PathLike | None = None) -> list[tuple[str, int]]:
     """(platform name, threads) of the shipped models of `platform`'s thread variants, the closest
     to `threads` first (ties: the fewer threads), the single-thread one last unless it is asked for."""
-    base = Path(root or PRETRAINED_DIR)
     counts = {1}
-    for directory in (base.iterdir() if base.is_dir() else []):
-        _, _, name = directory.name.partition("-")
+    for _, name in available_pretrained(root=root):
         head, _, tail = name.rpartition("-")
         if head == platform and tail.endswith("t") and tail[:-1].isdigit():
             counts.add(int(tail[:-1]))
