@@ -19,6 +19,11 @@ matrices, each choosing among the configs measured on that matrix:
 - top-1 and top-5 as a fraction of the best measured config, speedup over the
   baseline config, ordered-pair accuracy, Kendall's tau, also per dense width.
 
+The model keeps the train split's best fixed configs (`CognateCostModel.fixed_configs`;
+`tune` measures the first beside its picks); ``--fixed-only`` computes just those
+for the model already at ``--ship`` and saves it again, weights untouched (for a
+model shipped before models kept them).
+
 Writes the model to ``--ship`` (default: the package's pretrained/<op>-cpu, or
 <op>-cpu-<T>t for data timed on T > 1 threads) with a MODEL_CARD.md, and
 ``pretrain_<op>.json``, ``.md`` and ``.png`` to ``--out``.
@@ -41,7 +46,7 @@ from cognate_tvm import baselines
 from cognate_tvm.data import groups_from_frame, load_frame, select, split_by_matrix
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.model import ModelConfig
-from cognate_tvm.model.cognate import CognateCostModel
+from cognate_tvm.model.cognate import FIXED_MIN_GROUPS, CognateCostModel
 from cognate_tvm.model.pretrained import CARD_FILE, load_pretrained, pretrained_path, threaded_platform
 from cognate_tvm.space import create as create_space
 from cognate_tvm.train import evaluate
@@ -133,6 +138,36 @@ def plot(results: dict, path: Path, op: str) -> None:
     plt.close(fig)
 
 
+FIXED_HEADING = "## Best fixed configs"
+
+
+def fixed_section(model: CognateCostModel, space) -> str:
+    """The model card's list of the model's best fixed configs, with the command that made it."""
+    configs = "\n".join(f"{n}. `{c.to_json()}`" for n, c in enumerate(model.fixed_configs(space), start=1))
+    command = " ".join(["python benchmarks/pretrain.py"] + sys.argv[1:])
+    return f"""{FIXED_HEADING}
+
+The configs with the lowest mean ln(time / the matrix's best time) over the train matrices
+that timed them (at least {FIXED_MIN_GROUPS}), among those `tune` ranks on the data's thread count,
+best first. `tune` measures the first beside the
+model's picks (`--fixed`). Written by `{command}`.
+
+{configs}
+"""
+
+
+def refresh_fixed(ship: Path, train, space, threads: int) -> int:
+    """--fixed-only: the saved model at `ship` gets the best fixed configs of `train`; weights unchanged."""
+    model = CognateCostModel.load(ship)
+    model.remember_fixed(train, space, among=space.candidates(threads))
+    model.save(ship)
+    card = (ship / CARD_FILE).read_text()
+    card = card.split(FIXED_HEADING)[0].rstrip("\n") + "\n\n" + fixed_section(model, space)
+    (ship / CARD_FILE).write_text(card)
+    print(fixed_section(model, space))
+    return 0
+
+
 def model_card(args, frame, split, results, model, seconds, platform: str) -> str:
     feats = sorted(int(f) for f in frame["feat"].unique())
     train = model.config.train
@@ -163,7 +198,8 @@ def model_card(args, frame, split, results, model, seconds, platform: str) -> st
 {markdown(results, 'all')}
 
 Rebuild: `{command}`
-"""
+
+{fixed_section(model, create_space("cpu", args.op))}"""
 
 
 def main(argv=None) -> int:
@@ -186,6 +222,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ship", type=Path, default=None,
                         help="where to save the model (default: package data, <op>-cpu or <op>-cpu-<T>t)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/pretrain"))
+    parser.add_argument("--fixed-only", action="store_true",
+                        help="only compute the train split's best fixed configs for the model at --ship, and save it")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -202,9 +240,12 @@ def main(argv=None) -> int:
     if len(threads) != 1:
         raise SystemExit(f"error: the data mixes timings on {threads} threads; train one model per thread count")
     platform = threaded_platform(space.platform, threads[0])
+    if args.fixed_only:
+        return refresh_fixed(args.ship or pretrained_path(args.op, platform), train, space, threads[0])
     init = load_init(args)
     start = time.perf_counter()
     model = fit_cognate(train, val, space, args, init)
+    model.remember_fixed(train, space, among=space.candidates(threads[0]))  # the configs tune ranks there
     seconds = time.perf_counter() - start
     others = {name: baselines.create(name, seed=args.seed).fit(train, space=space) for name in METHODS[1:]}
     methods = {"cognate": model, **({"init": init} if init is not None else {}), **others}

@@ -6,7 +6,12 @@ corpus of the project uses, so the shipped model never saw them):
 
 - tune: `cognate_tvm.tuner.tune` as `python -m cognate_tvm.tune` runs it by
   default: the shipped model ranks the whole space, baseline + top-k (5) are
-  measured, the winner is checked against scipy (1 + k measurements);
+  measured, `--fixed` (1) of them the model's best fixed configs (from its
+  training data), the winner is checked against scipy (1 + k measurements);
+- tune, ranking only: the same with ``fixed=0`` (the model's top-k), to show
+  what the best fixed config adds (run only when `--fixed` > 0);
+- the training data's best fixed config alone (the model's first best fixed
+  config among the candidates; no measurement of the matrix);
 - random: the baseline and `--random` (48) seeded random configs are measured,
   and the fastest whose output is right is kept (`pick_checked`);
 - vendor: the target's vendor library (MKL on the CPU when installed, else scipy).
@@ -16,7 +21,7 @@ again side by side in one call (outputs checked), in `--retime-rounds` (5)
 rounds with the order rotated, and every speedup below is the median over
 rounds of a pick's time over the same call's baseline time:
 
-- tune's choice;
+- tune's choice, tune's with the ranking only, the training data's best fixed config;
 - random: the fastest correct of the 48;
 - random with tune's budget: the fastest of the baseline and top_k random
   configs drawn (seeded per matrix) from the 48;
@@ -71,13 +76,17 @@ def eval_matrices(count: int, *, min_rows: int, max_rows: int, seed: int = EVAL_
 
 
 def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, pretrained_root, vendor,
-                    oracle=False, budget=0) -> dict:
+                    oracle=False, budget=0, fixed=tuner.DEFAULT_FIXED) -> dict:
     op = get_op(op)
     platform_space = space.create(backend.platform, op.name)
     start = time.perf_counter()
-    tuned = tuner.tune(op, matrix, backend=backend, feat=feat, top_k=top_k, seed=seed,
+    tuned = tuner.tune(op, matrix, backend=backend, feat=feat, top_k=top_k, seed=seed, fixed=fixed,
                        pretrained_root=pretrained_root, name=name, oracle=oracle, budget=budget)
     tune_s = time.perf_counter() - start
+    ranking = tuner.tune(op, matrix, backend=backend, feat=feat, top_k=top_k, seed=seed, fixed=0,
+                         pretrained_root=pretrained_root, name=name, budget=budget) if fixed else tuned
+    candidates = set(platform_space.candidates(backend.kernel_threads()))
+    train_fixed = next((c for c in tuned.model.fixed_configs(platform_space) if c in candidates), None)
     baseline = platform_space.baseline()
     sample = [baseline] + [c for c in platform_space.sample(random_k + 1, seed + 1) if c != baseline][:random_k]
     sweep = tuner.measure_configs(backend, op, matrix, sample, feat, seed=seed)
@@ -88,6 +97,9 @@ def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, p
            "op": op.name, "feat": feat, "tune_measurements": len(tuned.measured),
            "random_measurements": len(sweep), "tune_seconds": round(tune_s, 2),
            "tune_config": None if tune_choice is None else tune_choice.to_dict(),
+           "tune_ranking_config": None if ranking.chosen is None else ranking.chosen.config.to_dict(),
+           "train_fixed_config": None if train_fixed is None else train_fixed.to_dict(),
+           "tune_fixed_measured": len(tuned.fixed),
            "random_config": None if random_choice is None else random_choice.to_dict(),
            "tune_rejected": len(tuned.rejected), "random_rejected": len(random_pick.rejected),
            "notes": tuned.notes, "sweep": sweep_times(sweep, random_pick.rejected)}
@@ -99,7 +111,7 @@ def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, p
     return row
 
 
-PICKS = ("tune", "random", "random_same_budget", "best_fixed")
+PICKS = ("tune", "tune_ranking", "train_fixed", "random", "random_same_budget", "best_fixed")
 
 
 def picks_of(rows: list[dict], space, *, top_k: int, seed: int) -> list[dict]:
@@ -111,8 +123,9 @@ def picks_of(rows: list[dict], space, *, top_k: int, seed: int) -> list[dict]:
         drawn = [entries[i] for i in budget_draw(np.random.default_rng([seed, n]), len(entries), top_k)]
         ran = [e for e in [entries[0], *drawn] if e[1]]
         same = min(ran, key=lambda e: e[1])[0] if ran else None
-        picks = {"tune": row["tune_config"], "random": row["random_config"], "random_same_budget": same,
-                 "best_fixed": fixed[n]}
+        picks = {"tune": row["tune_config"], "tune_ranking": row.get("tune_ranking_config"),
+                 "train_fixed": row.get("train_fixed_config"), "random": row["random_config"],
+                 "random_same_budget": same, "best_fixed": fixed[n]}
         out.append({m: None if c is None else (space.config_from_json(c) if isinstance(c, str)
                                                else space.config_from_dict(c)) for m, c in picks.items()})
     return out
@@ -216,7 +229,7 @@ def summarize(rows: list[dict], args) -> dict:
     speedups = {m: geomean(r[f"{m}_speedup"] for r in rows) for m in PICKS}
     same = random_same_budget(rows, args.top_k, seed=args.seed)
     return {"matrices": len(rows), "op": args.op, "target": args.target, "feat": args.feat, "top_k": args.top_k,
-            "budget": args.budget, "random_k": args.random,
+            "budget": args.budget, "random_k": args.random, "fixed": args.fixed,
             **{f"{m}_speedup_geomean": g for m, g in speedups.items()},
             "tune_fraction_of_random": _ratio(speedups["tune"], speedups["random"]),
             "random_same_budget_sweep_median": same["median"], "random_same_budget_sweep_p10": same["p10"],
@@ -235,14 +248,18 @@ def markdown(rows: list[dict], summary: dict) -> str:
              f"({summary['op']}, {summary['target']}, N={summary['feat']})", "",
              "Speedups over the baseline config: all picks re-timed side by side in one call per matrix, "
              f"median of {rows[0].get('retime_rounds', 1) if rows else 1} rounds.", "",
-             f"| matrix | rows | nnz | tune | best of {summary['random_k']} random | baseline + {k} random | "
-             "best fixed (other matrices) | tune / vendor | tune meas. |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"| matrix | rows | nnz | tune | tune, ranking only | training data's best fixed | best of "
+             f"{summary['random_k']} random | baseline + {k} random | best fixed (other matrices) | tune / vendor | "
+             "tune meas. |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['matrix']} | {r['rows']} | {r['nnz']} | {f(r['tune_speedup'])}x | "
+                     f"{f(r.get('tune_ranking_speedup'))}x | {f(r.get('train_fixed_speedup'))}x | "
                      f"{f(r['random_speedup'])}x | {f(r['random_same_budget_speedup'])}x | "
                      f"{f(r['best_fixed_speedup'])}x | {f(r.get('tune_vs_vendor'))}x | {r['tune_measurements']} |")
-    lines += ["", f"geomean: tune {f(summary['tune_speedup_geomean'])}x, best of random "
+    lines += ["", f"geomean: tune {f(summary['tune_speedup_geomean'])}x (--fixed {summary.get('fixed')}), "
+              f"tune with the ranking only {f(summary.get('tune_ranking_speedup_geomean'))}x, the training data's "
+              f"best fixed config {f(summary.get('train_fixed_speedup_geomean'))}x, best of random "
               f"{f(summary['random_speedup_geomean'])}x, baseline + {k} random "
               f"{f(summary['random_same_budget_speedup_geomean'])}x, best fixed config "
               f"{f(summary['best_fixed_speedup_geomean'])}x over the baseline; tune reaches "
@@ -275,10 +292,13 @@ def plot(rows: list[dict], path: Path) -> None:
 
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.8), 4))
-    labels = {"tune": "tune (baseline + top-k)", "random": "best of random",
+    labels = {"tune": "tune (baseline + top-k)", "tune_ranking": "tune, ranking only",
+              "train_fixed": "training data's best fixed", "random": "best of random",
               "random_same_budget": "baseline + k random", "best_fixed": "best fixed (other matrices)"}
+    width = 0.8 / len(labels)
     for n, (method, text) in enumerate(labels.items()):
-        ax.bar(x + (n - 1.5) * 0.2, [r[f"{method}_speedup"] or 0 for r in rows], 0.2, label=text)
+        ax.bar(x + (n - (len(labels) - 1) / 2) * width, [r.get(f"{method}_speedup") or 0 for r in rows], width,
+               label=text)
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(x, [r["matrix"] for r in rows], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("speedup over the baseline config")
@@ -297,6 +317,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-rows", type=int, default=60000)
     parser.add_argument("--feat", type=int, default=128)
     parser.add_argument("--top-k", type=int, default=tuner.DEFAULT_TOP_K)
+    parser.add_argument("--fixed", type=int, default=tuner.DEFAULT_FIXED,
+                        help="of the top-k, the model's best fixed configs (tune's --fixed)")
     parser.add_argument("--budget", type=int, default=tuner.DEFAULT_BUDGET,
                         help="tune --budget: sampled configs measured to fine-tune the model before ranking")
     parser.add_argument("--random", type=int, default=48, help="random configs measured (besides the baseline)")
@@ -327,7 +349,8 @@ def main(argv=None) -> int:
         log.info("%s: %dx%d, nnz %d", name, *matrix.shape, matrix.nnz)
         row = evaluate_matrix(name, matrix, op=args.op, backend=backend, feat=args.feat, top_k=args.top_k,
                               random_k=args.random, seed=args.seed, pretrained_root=args.pretrained_dir,
-                              vendor=not args.no_vendor, oracle=args.oracle, budget=args.budget)
+                              vendor=not args.no_vendor, oracle=args.oracle, budget=args.budget,
+                              fixed=args.fixed)
         with results_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         rows.append(row)

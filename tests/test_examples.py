@@ -14,6 +14,8 @@ import pytest
 
 from cognate_tvm import space
 from cognate_tvm.matrix import generate, save_matrix
+from cognate_tvm.model import CognateCostModel
+from cognate_tvm.model.pretrained import pretrained_path
 from tiny_models import ship, tiny_cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,14 +62,20 @@ def _run_benchmark(script, *args, timeout=600):
 
 
 def test_tune_eval_benchmark_at_test_size(shipped, tmp_path):
-    out = tmp_path / "tune_eval"
+    out, cpu = tmp_path / "tune_eval", space.create("cpu", "spmm")
+    model = CognateCostModel.load(pretrained_path("spmm", "cpu", root=shipped))
+    fixed = cpu.candidates(2)[7]  # the training data's best fixed config, as far as tune knows
+    model.fixed["cpu"] = [cpu.candidates(1)[7].to_json(), fixed.to_json()]
+    shipped = ship(model, tmp_path / "pretrained", ops=("spmm",))
     _run_benchmark("tune_eval.py", "--matrices", 2, "--min-rows", 300, "--max-rows", 400, "--random", 4, "--top-k", 2,
                    "--feat", 32, "--threads", 2, "--retime-rounds", 1, "--pretrained-dir", shipped, "--out", out)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and len({r["matrix"] for r in rows}) == 2
-    baseline = space.create("cpu", "spmm").baseline().to_json()
+    baseline = cpu.baseline().to_json()
     for r in rows:
         assert r["tune_measurements"] <= 3 and r["random_measurements"] == 5
+        # on 2 threads the serial fixed config is no candidate: the parallel one is measured and is a pick
+        assert cpu.config_from_dict(r["train_fixed_config"]) == fixed and r["tune_fixed_measured"] == 1
         # the sweep's own times are kept for the offline baselines: baseline first, 1 + 4 configs
         assert len(r["sweep"]) == 5 and r["sweep"][0][0] == baseline and r["sweep"][0][1] > 0
     summary = json.loads((out / "summary.json").read_text())
@@ -75,7 +83,7 @@ def test_tune_eval_benchmark_at_test_size(shipped, tmp_path):
     sweep_configs = [{c for c, _ in r["sweep"]} for r in rows]
     for r, configs in zip(retimed, sweep_configs):
         # every method's pick was re-timed beside the baseline, in one call
-        for method in ("tune", "random", "random_same_budget", "best_fixed"):
+        for method in ("tune", "tune_ranking", "train_fixed", "random", "random_same_budget", "best_fixed"):
             assert r[f"{method}_speedup"] == pytest.approx(r["baseline_ms"] / r[f"{method}_ms"]), method
         for method in ("random", "random_same_budget", "best_fixed"):  # drawn from the sweep
             assert space.create("cpu", "spmm").config_from_dict(r[f"{method}_config"]).to_json() in configs
@@ -86,6 +94,7 @@ def test_tune_eval_benchmark_at_test_size(shipped, tmp_path):
         <= summary["random_same_budget_sweep_p90"]
     text = (out / "summary.md").read_text()
     assert "| tune |" in text and "best fixed (other matrices)" in text and "baseline + 2 random" in text
+    assert "tune, ranking only" in text and "training data's best fixed" in text
     assert (out / "tune_eval.png").stat().st_size
     # a rerun reuses the finished matrices and re-times them (3 rounds: medians between the rounds' extremes)
     again = _run_benchmark("tune_eval.py", "--matrices", 2, "--min-rows", 300, "--max-rows", 400, "--random", 4,

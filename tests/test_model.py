@@ -216,3 +216,41 @@ def test_slowdown_loss_targets_log_slowdown_and_trains(toy_split):
     assert pair_accuracy(model, val, space=space) > 0.6
     with pytest.raises(ValueError, match="unknown loss 'hinge'"):
         CognateCostModel(fast_model_config(**{"train.loss": "hinge"}), seed=0).fit(groups, space=space)
+
+
+def _timed_groups(space, times_per_matrix):
+    """Groups on a 30x30 matrix: each row of `times_per_matrix` times the first configs of `space`."""
+    from cognate_tvm.data import Group
+    from cognate_tvm.matrix import generate
+
+    matrix, configs = generate("uniform", 30, seed=0), space.configs()
+    return [Group(name=f"m{n}", matrix=matrix, feat=8, configs=tuple(configs[:len(times)]),
+                  times_ms=np.array(times, dtype=np.float64))
+            for n, times in enumerate(times_per_matrix)]
+
+
+def test_best_fixed_configs_are_remembered_saved_and_kept_through_a_one_matrix_finetune(trained, tmp_path):
+    import copy
+
+    from cognate_tvm.model.cognate import FIXED_MIN_GROUPS
+
+    model, space, _ = trained
+    model = copy.deepcopy(model)
+    configs = space.configs()
+    # ln slowdowns by hand: config 1 is 1.2x the best on every matrix, config 0 is best on two but 3x on
+    # the third (mean ln 3 / 3 = 0.37 > ln 1.2 = 0.18), config 3 is the best on the one matrix that timed it.
+    groups = _timed_groups(space, [[1.0, 1.2, 2.0], [1.0, 1.2, 4.0], [3.0, 1.2, 1.0, 0.5]])
+    assert FIXED_MIN_GROUPS == 3
+    assert model.remember_fixed(groups, space) == [configs[1], configs[0], configs[2]]
+    path = model.save(tmp_path / "m")
+    assert CognateCostModel.load(path).fixed_configs(space) == [configs[1], configs[0], configs[2]]
+    # fine-tuning on one matrix (tune --budget) keeps the list; training on three replaces it
+    model.finetune(_timed_groups(space, [[1.0, 9.0, 9.0]]), space=space, epochs=1)
+    assert model.fixed_configs(space)[0] == configs[1]
+    model.finetune(_timed_groups(space, [[1.0, 9.0, 9.0]] * 3), space=space, epochs=1)
+    assert model.fixed_configs(space)[0] == configs[0]
+    # a model saved before models kept the list loads with none
+    meta = json.loads((path / "meta.json").read_text())
+    del meta["fixed_configs"]
+    (path / "meta.json").write_text(json.dumps(meta))
+    assert CognateCostModel.load(path).fixed_configs(space) == []

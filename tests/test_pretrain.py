@@ -6,11 +6,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from cognate_tvm import baselines, space
 from cognate_tvm.collect import config_sample
-from cognate_tvm.data import collect
+from cognate_tvm.data import collect, load_frame
 from cognate_tvm.errors import ModelVersionError, PretrainedNotFoundError
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.model import available_pretrained, load_pretrained, pretrained_path
@@ -95,6 +96,41 @@ def test_pretrain_writes_model_card_report_and_plot(shipped):
     assert np.all(np.isfinite(model.predict(matrix, cpu.sample(50, seed=0), space=cpu, feat=32)))
 
 
+def test_the_model_keeps_the_train_splits_best_fixed_configs_and_fixed_only_rebuilds_them(shipped, tmp_path):
+    from cognate_tvm.model.cognate import FIXED_COUNT, FIXED_MIN_GROUPS
+
+    cpu = space.create("cpu", "spmm")
+    model = load_pretrained("spmm", "cpu", root=shipped / "models")
+    fixed = model.fixed_configs(cpu)
+    assert len(fixed) == FIXED_COUNT
+    # they are the best fixed baseline's order over the train split, among configs timed on 3+ of its matrices
+    # and ranked by tune on the data's thread count
+    report = json.loads((shipped / "out" / "pretrain_spmm.json").read_text())
+    frame = pd.concat([load_frame(d) for d in (shipped / "data", shipped / "data64")])
+    train = frame[frame["matrix"].isin(report["split"]["train"])]
+    tables = [dict(zip(g["config"], g["time_ms"])) for _, g in train.groupby(["matrix", "feat"])]
+    scores = baselines.mean_log_slowdown(tables, min_tables=FIXED_MIN_GROUPS)
+    serial = {c.to_json() for c in cpu.candidates(1)}  # the configs tune ranks for 1-thread data
+    assert [c.to_json() for c in fixed] == sorted(set(scores) & serial, key=scores.get)[:FIXED_COUNT]
+    card = (shipped / "models" / "spmm-cpu" / "MODEL_CARD.md").read_text()
+    assert "## Best fixed configs" in card and f"1. `{fixed[0].to_json()}`" in card
+    # a model saved without the list gets it from --fixed-only, weights and the rest of its card untouched
+    old = tmp_path / "spmm-cpu"
+    shutil.copytree(shipped / "models" / "spmm-cpu", old)
+    meta = json.loads((old / "meta.json").read_text())
+    del meta["fixed_configs"]
+    (old / "meta.json").write_text(json.dumps(meta))
+    (old / "MODEL_CARD.md").write_text(card.split("## Best fixed configs")[0])
+    run_pretrain(["pretrain.py", "--op", "spmm", "--data", str(shipped / "data"), str(shipped / "data64"),
+                  "--corpus", "synthetic:12:3", "--min-rows", "100", "--max-rows", "400", "--fixed-only",
+                  "--ship", str(old)])
+    assert load_pretrained("spmm", "cpu", root=tmp_path).fixed_configs(cpu) == fixed
+    assert (old / "model.pt").read_bytes() == (shipped / "models" / "spmm-cpu" / "model.pt").read_bytes()
+    rebuilt = (old / "MODEL_CARD.md").read_text()
+    assert rebuilt.count("## Best fixed configs") == 1
+    assert rebuilt.split("## Best fixed")[0] == card.split("## Best fixed")[0] and "--fixed-only" in rebuilt
+
+
 class TwoThreadBackend(FakeBackend):
     """Fake timings recorded as taken on 2 threads (what `Backend.metadata` stores)."""
 
@@ -170,3 +206,6 @@ def test_shipped_cpu_models_load_and_rank(op, platform):
     matrix = load_corpus("synthetic:1:5", min_rows=2000, max_rows=2000)[0].build()
     scores = model.predict(matrix, cpu.sample(200, seed=1), space=cpu, feat=128)
     assert np.all(np.isfinite(scores)) and np.unique(scores).size > 100
+    # each keeps the best fixed configs of its training data, configs that tune ranks on its thread count
+    fixed = model.fixed_configs(cpu)
+    assert len(fixed) == 5 and set(fixed) <= set(cpu.candidates(threads))

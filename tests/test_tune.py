@@ -468,4 +468,4 @@ def test_chosen_falls_back_to_the_baseline_when_retiming_says_so():
 def test_parser_defaults():
     args = tune.make_parser().parse_args(["spmm"])
     assert args.matrix == tuner.EXAMPLE_MATRIX and args.target == "llvm" and args.model is None
-    assert args.budget == 0 and args.top_k == 5 and not args.oracle and args.out is None
+    assert args.budget == 0 and args.top_k == 5 and args.fixed == 1 and not args.oracle and args.out is None

@@ -108,3 +108,43 @@ def test_tune_ranks_the_configs_of_the_backend_thread_count(shipped, threads):
     tuned = tuner.tune("spmm", matrix, backend=_ThreadedCPU(threads), feat=16, pretrained_root=shipped, top_k=4)
     picked = [r.config for r in tuned.measured[1:]]  # after the baseline
     assert len(picked) == 4 and all(c.parallel == (threads > 1) for c in picked)
+
+
+def test_pick_top_puts_the_best_fixed_configs_among_the_top_k():
+    cpu = space.create("cpu", "spmm")
+    ranked = cpu.candidates(1)[:20]  # serial configs, the model's order
+    parallel = next(c for c in cpu.configs() if c.parallel)
+
+    class _Fixed:
+        def fixed_configs(self, platform_space):
+            # measured already; not a candidate; then two usable ones, the second also the model's 4th
+            return [ranked[0], parallel, ranked[15], ranked[3]]
+
+    top, fixed = tuner.pick_top(_Fixed(), cpu, ranked, measured={ranked[0]}, top_k=4, fixed=2)
+    assert fixed == [ranked[15], ranked[3]]
+    assert top == [ranked[1], ranked[2], ranked[15], ranked[3]]
+    top, fixed = tuner.pick_top(_Fixed(), cpu, ranked, measured={ranked[0]}, top_k=4, fixed=0)
+    assert fixed == [] and top == ranked[1:5]
+    top, fixed = tuner.pick_top(object(), cpu, ranked, measured=set(), top_k=3, fixed=1)  # no fixed list
+    assert fixed == [] and top == ranked[:3]
+
+
+def test_tune_measures_the_shipped_models_best_fixed_config(shipped, tmp_path):
+    from cognate_tvm.model import CognateCostModel
+    from cognate_tvm.model.pretrained import pretrained_path
+
+    cpu = space.create("cpu", "spmm")
+    model = CognateCostModel.load(pretrained_path("spmm", "cpu", root=shipped))
+    matrix = generate("rmat", 200, seed=1)
+    ranked = model.rank(matrix, cpu.candidates(2), space=cpu, feat=16)
+    model.fixed["cpu"] = [ranked[-1].to_json()]  # the model's last pick: measured only as a fixed config
+    root = ship(model, tmp_path, ops=("spmm",), platform="cpu-2t")
+    tuned = tuner.tune("spmm", matrix, backend=_ThreadedCPU(2), feat=16, pretrained_root=root, top_k=3)
+    assert [r.config for r in tuned.measured[1:]] == ranked[:2] + [ranked[-1]] and tuned.fixed == [ranked[-1]]
+    report = tuner.tune_report(tuned, op="spmm", target="fake", feat=16, matrix_path="m", matrix=matrix, budget=0,
+                               top_k=3)
+    assert [r["best_fixed"] for r in report["measured"]] == [False, False, False, True] and report["fixed"] == 1
+    assert tuner.tune("spmm", matrix, backend=_ThreadedCPU(2), feat=16, pretrained_root=root, top_k=3,
+                      fixed=0).fixed == []
+    with pytest.raises(ValueError, match=r"fixed must be in \[0, top_k=3\]"):
+        tuner.tune("spmm", matrix, backend=_ThreadedCPU(2), feat=16, pretrained_root=root, top_k=3, fixed=4)

@@ -36,6 +36,7 @@ from . import mapper as mapper_mod
 from .data import Group, matrix_hash
 from .errors import UnknownKindError
 from .matrix import matrix_stats
+from .metrics import mean_log_slowdown
 from .model.cognate import CognateCostModel, RankingModel
 from .model.config import ModelConfig
 from .space.base import Config, Space
@@ -174,21 +175,6 @@ class RandomRanker(RankingModel):
     def predict(self, matrix, configs, *, space, feat):
         rng = np.random.default_rng([self.seed, int(matrix_hash(matrix)[:12], 16), int(feat)])
         return rng.random(len(configs))
-
-
-def mean_log_slowdown(tables: Sequence[Mapping[Hashable, float | None]], *,
-                      min_tables: int = 1) -> dict[Hashable, float]:
-    """{config: mean over `tables` of ln(its time / that table's fastest time)}, for the configs
-    timed (finite, > 0) in at least `min_tables` of the tables (each table: config -> time)."""
-    sums: dict[Hashable, list[float]] = {}
-    for table in tables:
-        timed = {c: float(t) for c, t in table.items() if t is not None and np.isfinite(t) and t > 0}
-        if not timed:
-            continue
-        fastest = min(timed.values())
-        for config, t in timed.items():
-            sums.setdefault(config, []).append(float(np.log(t / fastest)))
-    return {c: float(np.mean(v)) for c, v in sums.items() if len(v) >= min_tables}
 
 
 def best_fixed_leave_one_out(tables: Mapping[Hashable, Mapping[Hashable, float | None]]) -> dict:

@@ -18,7 +18,7 @@ predicted faster). Conventions:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats as _stats
@@ -126,3 +126,18 @@ def summarize(results: Sequence[GroupResult]) -> dict[str, float]:
         "pair_accuracy": float(np.nanmean([r.pair_accuracy for r in results])),
         "kendall_tau": float(np.nanmean([r.tau for r in results])),
     }
+
+
+def mean_log_slowdown(tables: Sequence[Mapping[Hashable, float | None]], *,
+                      min_tables: int = 1) -> dict[Hashable, float]:
+    """{config: mean over `tables` of ln(its time / that table's fastest time)}, for the configs
+    timed (finite, > 0) in at least `min_tables` of the tables (each table: config -> time)."""
+    sums: dict[Hashable, list[float]] = {}
+    for table in tables:
+        timed = {c: float(t) for c, t in table.items() if t is not None and np.isfinite(t) and t > 0}
+        if not timed:
+            continue
+        fastest = min(timed.values())
+        for config, t in timed.items():
+            sums.setdefault(config, []).append(float(np.log(t / fastest)))
+    return {c: float(np.mean(v)) for c, v in sums.items() if len(v) >= min_tables}

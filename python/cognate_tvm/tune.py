@@ -1,7 +1,7 @@
 """Tune a sparse op on one matrix and one target: pick its fastest correct configuration.
 
     python -m cognate_tvm.tune {spmm,sddmm} [--target llvm|spade|cuda] [--matrix PATH] [--feat N]
-        [--budget N] [--top-k K] [--model PATH] [--pretrained-dir DIR] [--save-model PATH]
+        [--budget N] [--top-k K] [--fixed F] [--model PATH] [--pretrained-dir DIR] [--save-model PATH]
         [--oracle] [--oracle-sample N] [--out DIR] [--compile-only] [--seed S] [--vendor]
         [--json] [--quiet] [--arch sm_80|sm_90] [--rpc-tracker HOST:PORT --rpc-key KEY]
 
@@ -9,7 +9,9 @@ The shipped cost model of the op and the target's platform ranks the space
 (on the CPU, the configs of the kernel thread count: serial on one thread,
 parallel on more; a platform without a model uses the CPU model zero-shot,
 with a note); the
-baseline config and the model's top-k are measured; the fastest one whose
+baseline config and the model's top-k are measured (``--fixed F``, default 1,
+of them the model's best fixed configs: those that did best over its training
+matrices, whatever the matrix); the fastest one whose
 output matches scipy's is re-timed side by side with the baseline and kept if
 it is faster (`cognate_tvm.tuner.tune`). ``--budget N`` first measures N
 sampled configs of this matrix and fine-tunes the model on them, from its
@@ -47,6 +49,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BUDGET = tuner.DEFAULT_BUDGET
 DEFAULT_TOP_K = tuner.DEFAULT_TOP_K
+DEFAULT_FIXED = tuner.DEFAULT_FIXED
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -56,6 +59,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
     if args.budget < 0:
         raise ValueError(f"--budget must be >= 0, got {args.budget}")
+    if not 0 <= args.fixed <= args.top_k:
+        raise ValueError(f"--fixed must be in [0, --top-k={args.top_k}], got {args.fixed}")
     if args.oracle_sample < 1:
         raise ValueError(f"--oracle-sample must be >= 1, got {args.oracle_sample}")
     if args.compile_only:
@@ -80,14 +85,14 @@ def run(args: argparse.Namespace) -> tuple[dict, tuner.TuneResult | None]:
                                      model_source=source, pretrained_root=args.pretrained_dir, top_k=args.top_k)
         return report, None
     tuned = tuner.tune(op, matrix, backend=backend, feat=args.feat, model=model, model_source=source,
-                       pretrained_root=args.pretrained_dir, budget=args.budget, top_k=args.top_k, seed=args.seed,
-                       oracle=args.oracle, oracle_sample=args.oracle_sample, name=Path(args.matrix).stem,
+                       pretrained_root=args.pretrained_dir, budget=args.budget, top_k=args.top_k, fixed=args.fixed,
+                       seed=args.seed, oracle=args.oracle, oracle_sample=args.oracle_sample, name=Path(args.matrix).stem,
                        progress=not args.quiet)
     if args.save_model is not None:
         tuned.model.save(args.save_model)
     vendor = tuner.vendor_report(backend, op, matrix, args.feat, args.seed) if args.vendor else None
     report = tuner.tune_report(tuned, op=op.name, target=args.target, feat=args.feat, matrix_path=args.matrix,
-                               matrix=matrix, budget=args.budget, top_k=args.top_k, vendor=vendor,
+                               matrix=matrix, budget=args.budget, top_k=args.top_k, fixed=args.fixed, vendor=vendor,
                                saved_model=None if args.save_model is None else str(args.save_model))
     if args.out is not None:
         tuner.write_outputs(args.out, backend, op, tuned, args.feat, report)
@@ -105,8 +110,10 @@ def format_summary(report: dict) -> str:
         lines.append("no configuration could be measured")
     else:
         rank = best["predicted_rank"]
+        fixed = any(r["best_fixed"] and r["config"] == best["config"] for r in report["measured"])
         lines.append(f"best      {best['time_ms']:.4f} ms  {json.dumps(best['config'], sort_keys=True)}"
-                     + (f"  (predicted rank {rank})" if rank is not None else ""))
+                     + (f"  (predicted rank {rank})" if rank is not None else "")
+                     + ("  (a best fixed config of the model's training data)" if fixed else ""))
     if base["time_ms"] is not None:
         lines.append(f"baseline  {base['time_ms']:.4f} ms  {json.dumps(base['config'], sort_keys=True)}")
     else:
@@ -163,6 +170,9 @@ def make_parser() -> argparse.ArgumentParser:
                              f"(default {DEFAULT_BUDGET}: rank with the model as shipped)")
     parser.add_argument("--top-k", type=int, default=DEFAULT_TOP_K,
                         help=f"configs measured from the model's ranking (default {DEFAULT_TOP_K})")
+    parser.add_argument("--fixed", type=int, default=DEFAULT_FIXED,
+                        help="how many of the top-k are the model's best fixed configs, the ones that did best "
+                             f"over its training matrices (default {DEFAULT_FIXED}; 0: the ranking only)")
     parser.add_argument("--model", type=Path, default=None,
                         help="a saved cost model to use instead of the shipped one")
     parser.add_argument("--pretrained-dir", type=Path, default=None,

@@ -52,6 +52,10 @@ EXAMPLE_MATRIX = Path(__file__).resolve().parent / "sample_matrices" / "example_
 BATCH = 8                # configs per backend call: small enough for a live progress bar
 DEFAULT_TOP_K = 5        # configs measured from the model's ranking (DESIGN.md: top-5)
 DEFAULT_BUDGET = 0       # target measurements to fine-tune on before ranking
+# Of the top-k, how many are the model's best fixed configs (the ones that did best over its
+# training matrices, `RankingModel.fixed_configs`) rather than its picks for this matrix: one
+# config that is good everywhere guards against the model's misses on a matrix unlike its data.
+DEFAULT_FIXED = 1
 SOURCE_PLATFORM = "cpu"  # whose shipped model ranks a platform that has none (zero-shot)
 # --oracle measures the whole space when it has at most ORACLE_WHOLE_SPACE configs (spade: 256,
 # gpu: 528), else a seeded sample of ORACLE_SAMPLE configs plus every config tune measured (the
@@ -249,6 +253,7 @@ class TuneResult:
     predicted_rank : the 1-based position of each measured config in the
         model's ranking of the whole space (after fine-tuning).
     sampled : how many configs after the baseline were the fine-tuning sample.
+    fixed : the measured configs that came from the model's best fixed configs.
     confirmed : (baseline, best) re-timed side by side after the choice, with
         the best's output checked; None when the best is the baseline.
     checked : the chosen best's checked re-measurement (``correct`` True, or
@@ -262,6 +267,7 @@ class TuneResult:
     model: object | None = None
     model_source: str | None = None
     sampled: int = 0
+    fixed: list[space.Config] = field(default_factory=list)
     finetuned: bool = False
     notes: list[str] = field(default_factory=list)
     confirmed: tuple[MeasureResult, MeasureResult] | None = None
@@ -308,8 +314,9 @@ def _group(name: str, matrix: sp.csr_matrix, feat: int, results: Sequence[Measur
 
 def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 128, model=None,
          model_source: str | None = None, pretrained_root: str | os.PathLike | None = None,
-         budget: int = DEFAULT_BUDGET, top_k: int = DEFAULT_TOP_K, seed: int = 0, oracle: bool = False,
-         oracle_sample: int = ORACLE_SAMPLE, name: str = "matrix", progress: bool = False) -> TuneResult:
+         budget: int = DEFAULT_BUDGET, top_k: int = DEFAULT_TOP_K, fixed: int = DEFAULT_FIXED, seed: int = 0,
+         oracle: bool = False, oracle_sample: int = ORACLE_SAMPLE, name: str = "matrix",
+         progress: bool = False) -> TuneResult:
     """Pick the fastest correct config of `op` on `matrix` for `backend` (see the module docstring).
 
     Parameters
@@ -320,6 +327,7 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
     budget : configs sampled and measured before ranking; the model is
         fine-tuned on them (and the baseline) from its loaded weights.
     top_k : configs measured from the model's ranking.
+    fixed : how many of the `top_k` are the model's best fixed configs (`pick_top`).
     oracle : also sweep the space (`measure_oracle`) to see how far the choice is from its best.
     """
     op = get_op(op)
@@ -329,6 +337,8 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
+    if not 0 <= fixed <= top_k:
+        raise ValueError(f"fixed must be in [0, top_k={top_k}], got {fixed}")
     platform_space = space.create(backend.platform, op.name)
     baseline = platform_space.baseline()
     sample = sample_configs(platform_space, budget, seed)
@@ -352,11 +362,11 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
             tuned.notes.append(f"only {succeeded} of {len(results)} sampled configs ran; the model was not "
                                f"fine-tuned")
             log.warning(tuned.notes[-1])
-    ranked = model.rank(matrix, platform_space.candidates(backend.kernel_threads()), space=platform_space,
-                        feat=feat)
+    candidates = platform_space.candidates(backend.kernel_threads())
+    ranked = model.rank(matrix, candidates, space=platform_space, feat=feat)
     rank_of = {config: n + 1 for n, config in enumerate(ranked)}
-    measured = {r.config for r in results}
-    top = [c for c in ranked if c not in measured][:top_k]
+    top, tuned.fixed = pick_top(model, platform_space, ranked, measured={r.config for r in results},
+                                top_k=top_k, fixed=fixed)
     tuned.measured += measure_configs(backend, op, matrix, top, feat, seed=seed, progress=progress,
                                       desc=f"top-{len(top)}")
     tuned.predicted_rank = [rank_of.get(r.config) for r in tuned.measured]
@@ -365,6 +375,19 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
         tuned.oracle = measure_oracle(backend, op, matrix, platform_space, tuned, feat, seed=seed,
                                       sample=oracle_sample, progress=progress)
     return tuned
+
+
+def pick_top(model, platform_space: space.Space, ranked: Sequence[space.Config], *, measured: set,
+             top_k: int, fixed: int) -> tuple[list[space.Config], list[space.Config]]:
+    """(configs to measure, those of them that are best fixed configs): the model's first `fixed`
+    best fixed configs among `ranked` (the candidates), then its ranking, `top_k` in all, none of
+    them already `measured`."""
+    # Duck-typed: tune takes any model with rank/finetune; one without a fixed list gives none.
+    known = getattr(model, "fixed_configs", lambda _: [])(platform_space)
+    candidates = set(ranked)
+    chosen_fixed = [c for c in known if c in candidates and c not in measured][:fixed]
+    picks = [c for c in ranked if c not in measured and c not in chosen_fixed][:top_k - len(chosen_fixed)]
+    return picks + chosen_fixed, chosen_fixed
 
 
 def choose(backend: Backend, op: Op, matrix: sp.csr_matrix, tuned: TuneResult, feat: int, *, seed: int = 0) -> None:
@@ -437,13 +460,14 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 
 def tune_report(tuned: TuneResult, *, op: str, target: str, feat: int, matrix_path, matrix: sp.csr_matrix,
-                budget: int, top_k: int, vendor: dict | None = None, saved_model: str | None = None) -> dict:
+                budget: int, top_k: int, fixed: int = DEFAULT_FIXED, vendor: dict | None = None,
+                saved_model: str | None = None) -> dict:
     """The JSON form of a tuning run; every time in it was measured in this run."""
     best = tuned.best
     report = {
         "op": op, "target": target, "feat": feat, "matrix": matrix_report(matrix_path, matrix),
         "mode": "finetuned" if tuned.finetuned else "ranked",
-        "model": tuned.model_source, "budget": budget, "top_k": top_k,
+        "model": tuned.model_source, "budget": budget, "top_k": top_k, "fixed": fixed,
         "saved_model": saved_model,
         "samples_measured": len(tuned.measured),
         "failed": len(tuned.failed),
@@ -455,7 +479,8 @@ def tune_report(tuned: TuneResult, *, op: str, target: str, feat: int, matrix_pa
             "predicted_rank": tuned.predicted_rank[tuned.measured.index(best)],
             "correct": tuned.checked.correct if tuned.checked is not None else None},
         "measured": [{"config": r.config.to_dict(), "time_ms": r.time_ms, "error": r.error, "correct": r.correct,
-                      "predicted_rank": rank, "sampled": 0 < n <= tuned.sampled}
+                      "predicted_rank": rank, "sampled": 0 < n <= tuned.sampled,
+                      "best_fixed": r.config in tuned.fixed}
                      for n, (r, rank) in enumerate(zip(tuned.measured, tuned.predicted_rank))],
         "rejected": [{"config": r.config.to_dict(), "error": r.error} for r in tuned.rejected],
         "chosen": None if tuned.chosen is None else tuned.chosen.config.to_dict(),
@@ -593,7 +618,7 @@ def compile_top_k(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat
 
 
 __all__ = ["BATCH", "DEFAULT_BUDGET", "DEFAULT_TOP_K", "EXAMPLE_MATRIX", "ORACLE_SAMPLE", "ORACLE_WHOLE_SPACE",
-           "OracleResult", "TuneResult", "choose", "chosen_time_ms", "compile_top_k",
+           "OracleResult", "TuneResult", "choose", "pick_top", "chosen_time_ms", "compile_top_k",
            "create_backend", "load_model", "load_shipped_model", "measure_configs", "measure_oracle",
            "measure_report", "oracle_configs", "parse_configs", "sample_configs", "tune", "tune_report",
            "vendor_report", "write_kernel", "write_outputs"]

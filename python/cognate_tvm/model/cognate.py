@@ -26,6 +26,7 @@ import torch
 from .. import mapper as mapper_mod
 from ..data import Group, matrix_hash
 from ..errors import ModelVersionError
+from ..metrics import mean_log_slowdown
 from ..space.base import Config, Space
 from .config import ModelConfig
 from .featurizer import SparsePattern
@@ -39,6 +40,12 @@ FORMAT_VERSION = 2
 WEIGHTS_FILE = "model.pt"
 HPARAMS_FILE = "hparams.json"
 META_FILE = "meta.json"
+# The best fixed configs a model remembers from its training data (`CognateCostModel.fixed_configs`):
+# FIXED_COUNT per platform, among configs timed on at least FIXED_MIN_GROUPS matrices (a config
+# seen on one or two can top the list by luck), from data of at least FIXED_MIN_GROUPS matrices
+# (fine-tuning on fewer, as `tune --budget` does on the one matrix, keeps what the model had).
+FIXED_COUNT = 5
+FIXED_MIN_GROUPS = 3
 
 
 class RankingModel(ABC):
@@ -72,6 +79,11 @@ class RankingModel(ABC):
             raise ValueError(f"k must be >= 1, got {k}")
         return self.rank(matrix, configs, space=space, feat=feat)[:k]
 
+    def fixed_configs(self, space: Space) -> list[Config]:
+        """The configs of `space` that did best over the model's training matrices, best first
+        (whatever the matrix); none for a model that keeps no such list."""
+        return []
+
 
 class CognateCostModel(RankingModel):
     """COGNATE: featurizer + mapped config embedding + per-platform latent code -> score.
@@ -104,6 +116,7 @@ class CognateCostModel(RankingModel):
         self.net.eval()
         self.encoder_reports: dict[str, ReconstructionReport] = {}
         self.history: list[dict] = []
+        self.fixed: dict[str, list[str]] = {}  # platform -> config JSON of its best fixed configs
         self._patterns: dict[str, SparsePattern] = {}
         self._embeddings: dict[str, torch.Tensor] = {}
 
@@ -157,6 +170,25 @@ class CognateCostModel(RankingModel):
         log2_feat = torch.full((len(configs),), float(np.log2(max(feat, 1))))
         return torch.from_numpy(shared), torch.from_numpy(knobs), log2_feat
 
+    # -- best fixed configs ------------------------------------------------------------
+    def remember_fixed(self, groups: Sequence[Group], space: Space,
+                       among: Sequence[Config] | None = None) -> list[Config]:
+        """Keep `space`'s best fixed configs of `groups` (lowest mean ln(time / the matrix's
+        best) over the matrices that timed them), only configs of `among` if given (e.g. the
+        candidates of the data's thread count); `groups` of fewer than FIXED_MIN_GROUPS
+        matrices leave the kept list as it is."""
+        if len({g.name for g in groups}) >= FIXED_MIN_GROUPS:
+            tables = [{c.to_json(): t for c, t in zip(g.configs, g.times_ms)} for g in groups]
+            scores = mean_log_slowdown(tables, min_tables=FIXED_MIN_GROUPS)
+            if among is not None:
+                allowed = {c.to_json() for c in among}
+                scores = {c: v for c, v in scores.items() if c in allowed}
+            self.fixed[space.platform] = sorted(scores, key=scores.get)[:FIXED_COUNT]
+        return self.fixed_configs(space)
+
+    def fixed_configs(self, space: Space) -> list[Config]:
+        return [space.config_from_json(text) for text in self.fixed.get(space.platform, [])]
+
     # -- training ----------------------------------------------------------------------
     def fit(self, groups: Sequence[Group], *, space: Space, val_groups: Sequence[Group] | None = None,
             epochs: int | None = None) -> "CognateCostModel":
@@ -167,6 +199,7 @@ class CognateCostModel(RankingModel):
         frozen = {"latent"} | (set() if t.train_featurizer else {"featurizer"})
         self.history += train_ranking(self, groups, space=space, epochs=t.epochs if epochs is None else epochs,
                                       lr=t.lr, frozen=frozen, val_groups=val_groups, phase="pretrain")
+        self.remember_fixed(groups, space)
         return self
 
     def finetune(self, groups: Sequence[Group], *, space: Space, freeze: Sequence[str] | None = None,
@@ -189,6 +222,7 @@ class CognateCostModel(RankingModel):
                                       epochs=t.finetune_epochs if epochs is None else epochs,
                                       lr=t.finetune_lr if lr is None else lr, frozen=frozen,
                                       val_groups=val_groups, phase="finetune")
+        self.remember_fixed(groups, space)
         return self
 
     # -- inference -----------------------------------------------------------------------
@@ -213,7 +247,8 @@ class CognateCostModel(RankingModel):
                     for name in self.net.platforms()}
         meta = {"format_version": FORMAT_VERSION, "class": type(self).__name__, "seed": self.seed,
                 "mapper": self.mapper.to_dict(), "encoders": encoders,
-                "encoder_reports": {k: vars(v) for k, v in self.encoder_reports.items()}}
+                "encoder_reports": {k: vars(v) for k, v in self.encoder_reports.items()},
+                "fixed_configs": self.fixed}
         torch.save(self.net.state_dict(), path / WEIGHTS_FILE)
         (path / HPARAMS_FILE).write_text(json.dumps(self.config.to_dict(), indent=2, sort_keys=True))
         (path / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
@@ -239,6 +274,7 @@ class CognateCostModel(RankingModel):
                 p.requires_grad_(False)
             model.net.set_encoder(name, encoder.eval())
         model.encoder_reports = {k: ReconstructionReport(**v) for k, v in meta["encoder_reports"].items()}
+        model.fixed = {k: list(v) for k, v in meta.get("fixed_configs", {}).items()}  # absent before 2026-12
         state = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
         model.net.load_state_dict(state)
         model.net.eval()
