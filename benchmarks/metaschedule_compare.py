@@ -123,16 +123,22 @@ def time_run_configs(rows: list[dict], matrices, *, op, feat, threads, path: Pat
     return times
 
 
+def best_retimed_ms(times: dict, name: str) -> float | None:
+    """The fastest re-timed config's time on matrix `name` (None if none ran)."""
+    own = [t for t in times.get(name, {}).values() if t]
+    return min(own) if own else None
+
+
 def best_fixed_leave_one_out(times: dict) -> dict:
     """{matrix: best-of-pool time / the time of the best fixed config of the other matrices
     (`baselines.best_fixed_leave_one_out`); 0.0 when it failed here, None with no pick}."""
     out = {}
     for name, pick in baselines.best_fixed_leave_one_out(times).items():
-        own = [v for v in times[name].values() if v]
-        if pick is None or not own:
+        best = best_retimed_ms(times, name)
+        if pick is None or best is None:
             out[name] = None
         else:
-            out[name] = min(own) / times[name][pick] if times[name].get(pick) else 0.0
+            out[name] = best / times[name][pick] if times[name].get(pick) else 0.0
     return out
 
 
@@ -140,9 +146,8 @@ def add_retimed(rows: list[dict], times: dict, space) -> None:
     """Each run's best config re-timed on its matrix (``retimed_ms``, from `time_run_configs`'s `times`),
     and the best re-timed config of that matrix (``retimed_best_ms``)."""
     for r in rows:
-        own = {c: t for c, t in times.get(r["matrix"], {}).items() if t}
-        r["retimed_ms"] = own.get(config_key(space, r)) if r.get("config") else None
-        r["retimed_best_ms"] = min(own.values()) if own else None
+        r["retimed_ms"] = times.get(r["matrix"], {}).get(config_key(space, r)) if r.get("config") else None
+        r["retimed_best_ms"] = best_retimed_ms(times, r["matrix"])
 
 
 def fractions_table(rows: list[dict], methods, trials, key: str) -> dict:

@@ -9,6 +9,7 @@ from cognate_tvm.backends.base import Backend, MeasureResult
 from cognate_tvm.backends.spade import SpadeBackend
 from cognate_tvm.errors import PretrainedNotFoundError, UnknownKindError
 from cognate_tvm.matrix import generate
+from cognate_tvm.ops import get_op
 from tiny_models import ship, tiny_cpu_model
 
 
@@ -148,3 +149,42 @@ def test_tune_measures_the_shipped_models_best_fixed_config(shipped, tmp_path):
                       fixed=0).fixed == []
     with pytest.raises(ValueError, match=r"fixed must be in \[0, top_k=3\]"):
         tuner.tune("spmm", matrix, backend=_ThreadedCPU(2), feat=16, pretrained_root=root, top_k=3, fixed=4)
+
+
+class _TrueTimes(Backend):
+    """Times from a table, whatever the call: what re-timing side by side sees; records each call's order."""
+
+    target, platform = "fake-cpu", "cpu"
+
+    def __init__(self, times, deterministic=False):
+        self.times, self.calls, self.deterministic = times, [], deterministic
+
+    def measure(self, op, matrix, configs, feat, *, check=False, seed=0):
+        self.calls.append(list(configs))
+        return [MeasureResult(c, self.times[c], correct=True if check else None) for c in configs]
+
+
+def test_choose_compares_the_finalists_by_their_side_by_side_medians():
+    cpu = space.create("cpu", "spmm")
+    base, a, b, c = cpu.baseline(), *cpu.candidates(1)[:3]
+    # the tune pass measured a fastest, b second, c slowest; timed again, b is the fastest (c would be
+    # faster still, but only the 2 fastest measured are finalists)
+    measured = [MeasureResult(base, 2.0), MeasureResult(a, 1.0), MeasureResult(b, 1.1), MeasureResult(c, 3.0)]
+    backend = _TrueTimes({base: 2.0, a: 1.5, b: 1.0, c: 0.5})
+    tuned = tuner.TuneResult(baseline=measured[0], measured=list(measured), predicted_rank=[None, 1, 2, 3])
+    tuner.choose(backend, get_op("spmm"), generate("rmat", 200, seed=1), tuned, 16, finalists=2, rounds=3)
+    assert tuned.retimed == {base: 2.0, a: 1.5, b: 1.0}
+    assert tuned.best.config == b and tuned.chosen.config == b and tuned.checked.correct is True
+    assert [r.time_ms for r in tuned.confirmed] == [2.0, 1.0]
+    # three rounds of the baseline and the finalists, the order rotated, then b's output check beside the baseline
+    assert backend.calls == [[base, a, b], [a, b, base], [b, base, a], [base, b]]
+    # medians that put the baseline first keep it
+    backend = _TrueTimes({base: 0.9, a: 1.5, b: 1.0, c: 0.5})
+    tuned = tuner.TuneResult(baseline=measured[0], measured=list(measured), predicted_rank=[None, 1, 2, 3])
+    tuner.choose(backend, get_op("spmm"), generate("rmat", 200, seed=1), tuned, 16, finalists=2, rounds=3)
+    assert tuned.chosen.config == base and tuned.confirmed is None
+    # a simulator is not timed again: the measured times decide
+    backend = _TrueTimes({base: 2.0, a: 1.5, b: 1.0, c: 0.5}, deterministic=True)
+    tuned = tuner.TuneResult(baseline=measured[0], measured=list(measured), predicted_rank=[None, 1, 2, 3])
+    tuner.choose(backend, get_op("spmm"), generate("rmat", 200, seed=1), tuned, 16, finalists=2, rounds=3)
+    assert tuned.retimed == {} and tuned.chosen.config == a and backend.calls == [[base, a]]

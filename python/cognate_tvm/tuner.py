@@ -15,8 +15,10 @@ platform ranks the space's candidates for the backend's kernel threads
 (`Space.candidates`: all configs but on the CPU, where parallel or serial ones
 follow the thread count); a platform without a shipped model uses the CPU
 model zero-shot, with a note; the baseline and the model's top-k are
-measured; with ``budget=N`` a seeded sample of N configs is measured first
-and the loaded model is fine-tuned on it, from its pre-trained weights.
+measured, `fixed` (1) of the k being the model's best fixed configs (the ones
+that did best over its training matrices, `pick_top`); with ``budget=N`` a
+seeded sample of N configs is measured first and the loaded model is
+fine-tuned on it, from its pre-trained weights.
 The chosen config is the fastest measured one whose output, checked once
 against scipy, is right (`backends.base.pick_checked`; a wrong one is recorded
 as failed and the next best is tried). It is re-timed side by side with the
@@ -41,7 +43,7 @@ import scipy.sparse as sp
 from tqdm import tqdm
 
 from . import backends, space
-from .backends.base import Backend, MeasureResult, pick_checked
+from .backends.base import Backend, MeasureResult, pick_checked, time_side_by_side
 from .backends.rpc import RPCSettingsError, create_rpc, wants_rpc
 from .errors import CognateError, ModelVersionError, PretrainedNotFoundError
 from .ops import Op, get_op
@@ -56,6 +58,11 @@ DEFAULT_BUDGET = 0       # target measurements to fine-tune on before ranking
 # training matrices, `RankingModel.fixed_configs`) rather than its picks for this matrix: one
 # config that is good everywhere guards against the model's misses on a matrix unlike its data.
 DEFAULT_FIXED = 1
+# Before choosing, the FINALISTS fastest measured configs and the baseline are timed again side
+# by side, FINAL_ROUNDS calls with the order rotated, and compared by their medians: one timing
+# each on a shared machine whose speed drifts by 10-40% over minutes picks the wrong one too often.
+FINALISTS = 3
+FINAL_ROUNDS = 3
 SOURCE_PLATFORM = "cpu"  # whose shipped model ranks a platform that has none (zero-shot)
 # --oracle measures the whole space when it has at most ORACLE_WHOLE_SPACE configs (spade: 256,
 # gpu: 528), else a seeded sample of ORACLE_SAMPLE configs plus every config tune measured (the
@@ -254,8 +261,10 @@ class TuneResult:
         model's ranking of the whole space (after fine-tuning).
     sampled : how many configs after the baseline were the fine-tuning sample.
     fixed : the measured configs that came from the model's best fixed configs.
-    confirmed : (baseline, best) re-timed side by side after the choice, with
-        the best's output checked; None when the best is the baseline.
+    retimed : the median time of the finalists (the fastest measured configs) and
+        the baseline, timed side by side (`FINAL_ROUNDS` rounds) before the choice.
+    confirmed : (baseline, best), their medians over those rounds and the best's
+        output-checked run beside the baseline; None when the best is the baseline.
     checked : the chosen best's checked re-measurement (``correct`` True, or
         None on a backend that computes no outputs).
     rejected : configs that failed the output check (or the re-measurement).
@@ -274,11 +283,16 @@ class TuneResult:
     checked: MeasureResult | None = None
     rejected: list[MeasureResult] = field(default_factory=list)
     oracle: OracleResult | None = None
+    retimed: dict = field(default_factory=dict)
 
     @property
     def best(self) -> MeasureResult | None:
-        """The fastest measured config that ran and was not found wrong (None if none)."""
+        """The fastest measured config that ran and was not found wrong (None if none): by the
+        finalists' re-timed medians when there are any left, else by the measured times."""
         ok = [r for r in self.measured if r.ok]
+        finalists = [r for r in ok if r.config in self.retimed]
+        if finalists:
+            return min(finalists, key=lambda r: self.retimed[r.config])
         return min(ok, key=lambda r: r.time_ms) if ok else None
 
     @property
@@ -390,13 +404,33 @@ def pick_top(model, platform_space: space.Space, ranked: Sequence[space.Config],
     return picks + chosen_fixed, chosen_fixed
 
 
-def choose(backend: Backend, op: Op, matrix: sp.csr_matrix, tuned: TuneResult, feat: int, *, seed: int = 0) -> None:
-    """Check the fastest measured config's output, re-timed beside the baseline; take the next if wrong.
+def retime_finalists(backend: Backend, op: Op, matrix: sp.csr_matrix, tuned: TuneResult, feat: int, *,
+                     seed: int = 0, finalists: int = FINALISTS, rounds: int = FINAL_ROUNDS) -> dict:
+    """{config: its times over `rounds` side-by-side calls} of the baseline and the `finalists`
+    fastest measured configs; `tuned.retimed` gets the medians of those that ran every round."""
+    ok = sorted((r for r in tuned.measured if r.ok), key=lambda r: r.time_ms)[:finalists]
+    configs = list(dict.fromkeys([tuned.baseline.config] + [r.config for r in ok]))
+    if rounds < 1 or len(configs) < 2 or backend.deterministic:
+        return {}
+    per_round = time_side_by_side(backend, op, matrix, configs, feat, rounds=rounds, seed=seed)
+    times = {c: [r[c].time_ms if c in r and r[c].ok else None for r in per_round] for c in configs}
+    tuned.retimed = {c: float(np.median(t)) for c, t in times.items() if None not in t}
+    return times
 
-    Sets `tuned.checked`, `tuned.confirmed` and `tuned.rejected`; each rejected
+
+def choose(backend: Backend, op: Op, matrix: sp.csr_matrix, tuned: TuneResult, feat: int, *, seed: int = 0,
+           finalists: int = FINALISTS, rounds: int = FINAL_ROUNDS) -> None:
+    """Re-time the finalists beside the baseline (`retime_finalists`); check the fastest one's output,
+    timed once more beside the baseline; take the next if wrong.
+
+    Sets `tuned.retimed`, `tuned.checked`, `tuned.confirmed` and `tuned.rejected`; each rejected
     config's entry in `tuned.measured` becomes a failure carrying the reason.
     """
-    pick = pick_checked(backend, op, matrix, tuned.measured, feat, seed=seed, beside=tuned.baseline.config)
+    times = retime_finalists(backend, op, matrix, tuned, feat, seed=seed, finalists=finalists, rounds=rounds)
+    # the re-timed finalists first (by median), then the rest by their measured times
+    order = lambda r: (0, tuned.retimed[r.config]) if r.config in tuned.retimed else (1, r.time_ms)  # noqa: E731
+    pick = pick_checked(backend, op, matrix, tuned.measured, feat, seed=seed, beside=tuned.baseline.config,
+                        key=order)
     tuned.rejected = list(pick.rejected)
     reasons = {r.config: r for r in pick.rejected}
     tuned.measured = [MeasureResult(r.config, None, error=reasons[r.config].error,
@@ -414,9 +448,16 @@ def choose(backend: Backend, op: Op, matrix: sp.csr_matrix, tuned: TuneResult, f
         tuned.notes.append(f"target {backend.target!r} computes no outputs: the chosen config's output "
                            f"was not checked")
     if pick.beside is not None and pick.beside.ok and pick.best.config != tuned.baseline.config:
-        tuned.confirmed = (pick.beside, pick.best)
+        tuned.confirmed = tuple(_with_rounds(r, times.get(r.config)) for r in (pick.beside, pick.best))
         if pick.beside.correct is False:
             tuned.notes.append("the baseline config's output is wrong on this matrix; it is never chosen")
+
+
+def _with_rounds(result: MeasureResult, round_times: list | None) -> MeasureResult:
+    """`result` with its time the median of it and its side-by-side rounds' (those that ran)."""
+    samples = [t for t in (round_times or []) if t is not None] + [result.time_ms]
+    return MeasureResult(result.config, float(np.median(samples)), error=result.error, correct=result.correct,
+                         extra=result.extra)
 
 
 def oracle_configs(platform_space: space.Space, tuned: TuneResult | None, *, seed: int,
@@ -483,6 +524,7 @@ def tune_report(tuned: TuneResult, *, op: str, target: str, feat: int, matrix_pa
                       "best_fixed": r.config in tuned.fixed}
                      for n, (r, rank) in enumerate(zip(tuned.measured, tuned.predicted_rank))],
         "rejected": [{"config": r.config.to_dict(), "error": r.error} for r in tuned.rejected],
+        "finalists": [{"config": c.to_dict(), "median_ms": t} for c, t in tuned.retimed.items()],
         "chosen": None if tuned.chosen is None else tuned.chosen.config.to_dict(),
         "confirmed": None if tuned.confirmed is None else {
             "baseline_ms": tuned.confirmed[0].time_ms, "best_ms": tuned.confirmed[1].time_ms,

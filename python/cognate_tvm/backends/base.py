@@ -56,6 +56,8 @@ class Backend(ABC):
 
     target: ClassVar[str]    # the --target name: "llvm", "spade", "cuda"
     platform: ClassVar[str]  # the space it measures: "cpu", "spade", "gpu"
+    # A simulator gives the same time for the same call: timing a config again tells nothing new.
+    deterministic: ClassVar[bool] = False
 
     @abstractmethod
     def measure(self, op: Op, matrix: sp.csr_matrix, configs: Sequence[Config], feat: int, *,
@@ -157,10 +159,11 @@ class CheckedPick:
 
 
 def pick_checked(backend: Backend, op: Op, matrix: sp.csr_matrix, results: Sequence[MeasureResult], feat: int, *,
-                 seed: int = 0, beside: Config | None = None) -> CheckedPick:
+                 seed: int = 0, beside: Config | None = None,
+                 key: Callable[[MeasureResult], float] | None = None) -> CheckedPick:
     """The fastest of `results` whose output is right, re-measured with its check.
 
-    Candidates are the `ok` results, fastest first. Each is measured again with
+    Candidates are the `ok` results, fastest first (lowest `key` first, if given). Each is measured again with
     `check=True` (beside the `beside` config, when given, in the same call, so the
     two times are side by side) until one passes: its output matches scipy's (or
     the backend cannot check, `correct=None`) and it ran. A candidate whose output
@@ -169,7 +172,7 @@ def pick_checked(backend: Backend, op: Op, matrix: sp.csr_matrix, results: Seque
     measurement per candidate tried, usually just the winner's.
     """
     rejected: list[MeasureResult] = []
-    candidates = sorted((r for r in results if r.ok), key=lambda r: r.time_ms)
+    candidates = sorted((r for r in results if r.ok), key=key or (lambda r: r.time_ms))
     for candidate in candidates:
         configs = [candidate.config] if beside is None or beside == candidate.config \
             else [beside, candidate.config]
@@ -188,3 +191,17 @@ def pick_checked(backend: Backend, op: Op, matrix: sp.csr_matrix, results: Seque
         paired = None if beside is None else again[0]
         return CheckedPick(best=checked, beside=paired, rejected=rejected)
     return CheckedPick(best=None, beside=None, rejected=rejected)
+
+
+def time_side_by_side(backend: Backend, op: Op | str, matrix: sp.csr_matrix, configs: Sequence[Config], feat: int,
+                      *, rounds: int, seed: int = 0, check_first: bool = False) -> list[dict]:
+    """`rounds` backend calls that each measure all `configs`, the order rotated every round (so
+    none always runs first, on a machine whose speed drifts); per round {config: MeasureResult}.
+    With `check_first`, the first round also checks every output against scipy."""
+    configs = list(dict.fromkeys(configs))
+    out = []
+    for n in range(rounds):
+        order = configs[n % len(configs):] + configs[:n % len(configs)]
+        results = backend.measure(op, matrix, order, feat, check=check_first and n == 0, seed=seed)
+        out.append({r.config: r for r in results})
+    return out

@@ -61,6 +61,7 @@ class ExternalSimulator(Backend):
 
     target = "external"
     platform = "spade"
+    deterministic = True  # simulated cycles
 
     def __init__(self, *, command: Sequence[str] | str, platform: str = "spade", timeout_s: float = 3600.0,
                  hardware: HardwareParams | dict | None = None, workdir: str | os.PathLike | None = None):

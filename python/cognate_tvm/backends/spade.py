@@ -35,6 +35,7 @@ class SpadeBackend(Backend):
 
     target = "spade"
     platform = "spade"
+    deterministic = True  # simulated cycles
 
     def __init__(self, *, hardware: HardwareParams | dict | None = None, workers: int | None = None,
                  sampling: int = simulator.DEFAULT_SAMPLING):
