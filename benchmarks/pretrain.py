@@ -161,10 +161,10 @@ def refresh_fixed(ship: Path, train, space, threads: int) -> int:
     model = CognateCostModel.load(ship)
     model.remember_fixed(train, space, among=space.candidates(threads))
     model.save(ship)
+    section = fixed_section(model, space)
     card = (ship / CARD_FILE).read_text()
-    card = card.split(FIXED_HEADING)[0].rstrip("\n") + "\n\n" + fixed_section(model, space)
-    (ship / CARD_FILE).write_text(card)
-    print(fixed_section(model, space))
+    (ship / CARD_FILE).write_text(card.split(FIXED_HEADING)[0].rstrip("\n") + "\n\n" + section)
+    print(section)
     return 0
 
 

@@ -209,8 +209,7 @@ class BestFixedRanker(RankingModel):
         self.scores: dict[str, float] = {}
 
     def _fit(self, groups: Sequence[Group]) -> "BestFixedRanker":
-        tables = [{c.to_json(): t for c, t in zip(g.configs, g.times_ms)} for g in groups]
-        self.scores = mean_log_slowdown(tables, min_tables=self.min_groups)
+        self.scores = mean_log_slowdown([g.times_by_config() for g in groups], min_tables=self.min_groups)
         if not self.scores:
             raise ValueError("BestFixedRanker: no config measured in enough groups")
         return self

@@ -77,6 +77,10 @@ class Group:
             raise ShapeError(f"group {self.name!r}: {len(self.configs)} configs but times of shape {times.shape}")
         object.__setattr__(self, "times_ms", times)
 
+    def times_by_config(self) -> dict[str, float]:
+        """{config JSON: time in ms (NaN if it failed)}: the table `metrics.mean_log_slowdown` takes."""
+        return {c.to_json(): float(t) for c, t in zip(self.configs, self.times_ms)}
+
     def ok(self) -> "Group":
         """The same group without the failed configs."""
         keep = np.isfinite(self.times_ms)

@@ -11,9 +11,9 @@ parallel on more; a platform without a model uses the CPU model zero-shot,
 with a note); the
 baseline config and the model's top-k are measured (``--fixed F``, default 1,
 of them the model's best fixed configs: those that did best over its training
-matrices, whatever the matrix); the fastest one whose
-output matches scipy's is re-timed side by side with the baseline and kept if
-it is faster (`cognate_tvm.tuner.tune`). ``--budget N`` first measures N
+matrices, whatever the matrix); the fastest ones are timed again side by
+side with the baseline and the one with the lowest median whose output matches
+scipy's is kept if it is faster than the baseline (`cognate_tvm.tuner.tune`). ``--budget N`` first measures N
 sampled configs of this matrix and fine-tunes the model on them, from its
 pre-trained weights. ``--model PATH`` uses a saved model instead of the
 shipped one; ``--save-model`` writes the (fine-tuned) model. ``--oracle`` also
@@ -85,9 +85,9 @@ def run(args: argparse.Namespace) -> tuple[dict, tuner.TuneResult | None]:
                                      model_source=source, pretrained_root=args.pretrained_dir, top_k=args.top_k)
         return report, None
     tuned = tuner.tune(op, matrix, backend=backend, feat=args.feat, model=model, model_source=source,
-                       pretrained_root=args.pretrained_dir, budget=args.budget, top_k=args.top_k, fixed=args.fixed,
-                       seed=args.seed, oracle=args.oracle, oracle_sample=args.oracle_sample, name=Path(args.matrix).stem,
-                       progress=not args.quiet)
+                       pretrained_root=args.pretrained_dir, budget=args.budget, top_k=args.top_k,
+                       fixed=args.fixed, seed=args.seed, oracle=args.oracle, oracle_sample=args.oracle_sample,
+                       name=Path(args.matrix).stem, progress=not args.quiet)
     if args.save_model is not None:
         tuned.model.save(args.save_model)
     vendor = tuner.vendor_report(backend, op, matrix, args.feat, args.seed) if args.vendor else None

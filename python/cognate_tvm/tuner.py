@@ -19,10 +19,13 @@ measured, `fixed` (1) of the k being the model's best fixed configs (the ones
 that did best over its training matrices, `pick_top`); with ``budget=N`` a
 seeded sample of N configs is measured first and the loaded model is
 fine-tuned on it, from its pre-trained weights.
-The chosen config is the fastest measured one whose output, checked once
-against scipy, is right (`backends.base.pick_checked`; a wrong one is recorded
-as failed and the next best is tried). It is re-timed side by side with the
-baseline in the same call, and the baseline is kept when it is no slower.
+The fastest `FINALISTS` measured configs and the baseline are then timed again
+side by side (`FINAL_ROUNDS` calls, order rotated; not on a simulator) and
+ranked by their medians (`retime_finalists`). The chosen config is the first of
+them whose output, checked once against scipy, is right
+(`backends.base.pick_checked`; a wrong one is recorded as failed and the next
+best is tried); that check runs beside the baseline, and the baseline is kept
+when the two medians say it is no slower.
 
 Writing kernels out (`write_kernel`) and CUDA's compile-only ranking
 (`compile_top_k`) are here too; the CLIs only parse arguments and print.

@@ -178,8 +178,7 @@ class CognateCostModel(RankingModel):
         candidates of the data's thread count); `groups` of fewer than FIXED_MIN_GROUPS
         matrices leave the kept list as it is."""
         if len({g.name for g in groups}) >= FIXED_MIN_GROUPS:
-            tables = [{c.to_json(): t for c, t in zip(g.configs, g.times_ms)} for g in groups]
-            scores = mean_log_slowdown(tables, min_tables=FIXED_MIN_GROUPS)
+            scores = mean_log_slowdown([g.times_by_config() for g in groups], min_tables=FIXED_MIN_GROUPS)
             if among is not None:
                 allowed = {c.to_json() for c in among}
                 scores = {c: v for c, v in scores.items() if c in allowed}
