@@ -791,6 +791,9 @@ def parse_args(argv):
     parser.add_argument("--cpu-max-rows", type=int, default=1_000_000)
     parser.add_argument("--pool-matrices", type=int, default=None,
                         help="use the first N matrices of the pool corpus (caps NT sizes at N)")
+    parser.add_argument("--pool-max-rows", type=int, default=None,
+                        help="largest pool matrix (default 100000 at full size: NT1000 stays affordable; "
+                             "1000000 spans the test matrices' sizes)")
     parser.add_argument("--eval-matrices", type=int, default=None,
                         help="use the first N matrices of the evaluation corpus (validation + test)")
     parser.add_argument("--ablations", action="store_true", help="add the ablation rows")
@@ -822,6 +825,8 @@ def parse_args(argv):
         seed = params.pool_corpus.split(":")[2]
         changes["pool_corpus"] = f"synthetic:{args.pool_matrices}:{seed}"
         changes["nt_sizes"] = tuple(sorted({min(n, args.pool_matrices) for n in params.nt_sizes}))
+    if args.pool_max_rows:
+        changes["pool_max_rows"] = args.pool_max_rows
     if args.eval_matrices:
         seed = params.eval_corpus.split(":")[2]
         changes["eval_corpus"] = f"synthetic:{args.eval_matrices}:{seed}"

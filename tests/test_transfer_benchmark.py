@@ -154,5 +154,8 @@ def test_sizes_are_consistent(monkeypatch):
     assert params.nt_sizes == (5, 100, 300) and params.pool_corpus.startswith("synthetic:300:")
     assert params.eval_corpus == "synthetic:30:1101"
     assert params.select_metric == "pair_accuracy"
+    assert params.pool_max_rows == 100_000
+    params, _ = bench.parse_args(["--size", "full", "--pool-max-rows", "1000000"])
+    assert params.pool_max_rows == 1_000_000 and params.eval_max_rows == 1_000_000
     with pytest.raises(SystemExit):
         bench.parse_args(["--cpu-data", "/nowhere"])  # needs --cpu-corpus too
