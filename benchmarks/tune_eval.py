@@ -85,8 +85,8 @@ def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, p
     tune_s = time.perf_counter() - start
     ranking = tuner.tune(op, matrix, backend=backend, feat=feat, top_k=top_k, seed=seed, fixed=0,
                          pretrained_root=pretrained_root, name=name, budget=budget) if fixed else tuned
-    candidates = set(platform_space.candidates(backend.kernel_threads()))
-    train_fixed = next((c for c in tuned.model.fixed_configs(platform_space) if c in candidates), None)
+    candidates = platform_space.candidates(backend.kernel_threads())
+    train_fixed = next(iter(tuner.fixed_candidates(tuned.model, platform_space, candidates)), None)
     baseline = platform_space.baseline()
     sample = [baseline] + [c for c in platform_space.sample(random_k + 1, seed + 1) if c != baseline][:random_k]
     sweep = tuner.measure_configs(backend, op, matrix, sample, feat, seed=seed)

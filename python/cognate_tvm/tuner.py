@@ -394,15 +394,20 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
     return tuned
 
 
+def fixed_candidates(model, platform_space: space.Space, candidates: Sequence[space.Config]) -> list[space.Config]:
+    """The model's best fixed configs of `platform_space` that are among `candidates`, best first."""
+    # Duck-typed: tune takes any model with rank/finetune; one without a fixed list gives none.
+    known = getattr(model, "fixed_configs", lambda _: [])(platform_space)
+    allowed = set(candidates)
+    return [c for c in known if c in allowed]
+
+
 def pick_top(model, platform_space: space.Space, ranked: Sequence[space.Config], *, measured: set,
              top_k: int, fixed: int) -> tuple[list[space.Config], list[space.Config]]:
     """(configs to measure, those of them that are best fixed configs): the model's first `fixed`
     best fixed configs among `ranked` (the candidates), then its ranking, `top_k` in all, none of
     them already `measured`."""
-    # Duck-typed: tune takes any model with rank/finetune; one without a fixed list gives none.
-    known = getattr(model, "fixed_configs", lambda _: [])(platform_space)
-    candidates = set(ranked)
-    chosen_fixed = [c for c in known if c in candidates and c not in measured][:fixed]
+    chosen_fixed = [c for c in fixed_candidates(model, platform_space, ranked) if c not in measured][:fixed]
     picks = [c for c in ranked if c not in measured and c not in chosen_fixed][:top_k - len(chosen_fixed)]
     return picks + chosen_fixed, chosen_fixed
 
@@ -663,7 +668,7 @@ def compile_top_k(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat
 
 
 __all__ = ["BATCH", "DEFAULT_BUDGET", "DEFAULT_TOP_K", "EXAMPLE_MATRIX", "ORACLE_SAMPLE", "ORACLE_WHOLE_SPACE",
-           "OracleResult", "TuneResult", "choose", "pick_top", "chosen_time_ms", "compile_top_k",
+           "OracleResult", "TuneResult", "choose", "fixed_candidates", "pick_top", "chosen_time_ms", "compile_top_k",
            "create_backend", "load_model", "load_shipped_model", "measure_configs", "measure_oracle",
            "measure_report", "oracle_configs", "parse_configs", "sample_configs", "tune", "tune_report",
            "vendor_report", "write_kernel", "write_outputs"]
