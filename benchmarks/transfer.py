@@ -15,8 +15,9 @@ width of the CPU data, on two generated corpora (resumable datasets under
   which a fixed seeded sample of ``val_configs`` configs is used) and test (the rest);
 - the *pool* (``pool_corpus``, 1k-100k rows, ``pool_configs`` sampled configs +
   the baseline per matrix): the target training matrices. For each seed, a
-  seeded permutation of the pool gives the k fine-tune matrices of TLk (the
-  first k: nested) and the n matrices of NTn (the first n).
+  seeded permutation of the pool gives the n matrices of NTn (the first n) and
+  the k fine-tune matrices of TLk (the first k: nested), or, with
+  ``--finetune-draw stratified``, one seeded draw per nnz stratum of the pool.
 
 Every learned method sees the same validation data, which counts in its target
 samples; validation makes every choice (test is only scored):
@@ -103,6 +104,9 @@ class Params:
     nt_sizes: tuple[int, ...] = (5, 100, 1000)
     seeds: tuple[int, ...] = (0, 1, 2)
     top_k: int = 5
+    # which pool matrices TLk (and the k = 5 baselines) fine-tune on, per seed: "random" (the first k of a
+    # seeded permutation: nested, the paper's draw) or "stratified" (one seeded draw per nnz stratum of the pool)
+    finetune_draw: str = "random"
     # what every recipe choice (grid point, epoch) maximises on validation: "pair_accuracy" or
     # "top1_fraction". Pair accuracy: over 5 validation matrices it averages ~25k pairs, top-1 only
     # 5 picks, too few to choose among 9 recipes x 60 epochs.
@@ -199,6 +203,21 @@ def _collect(op: str, entries, count: int, path: Path, params: Params, progress:
     order = {e.name: n for n, e in enumerate(entries)}
     groups = groups_from_frame(frame, space=spade, matrices=built, op=op)
     return sorted((g for g in groups if len(g.configs) >= 2), key=lambda g: order[g.name])
+
+
+def finetune_draw(pool: Sequence[Group], k: int, seed: int, draw: str) -> list[Group]:
+    """The k fine-tune matrices of a seed: the first k of the seeded permutation that also orders NTn's
+    matrices ("random"), or one seeded draw from each of k nnz strata of the pool ("stratified"), so that
+    no seed fine-tunes on small matrices only (run E's seed 2 drew five of <= 11.6k rows and lost its
+    picks on the large test matrices)."""
+    if draw == "random":
+        order = np.random.default_rng([seed, 7]).permutation(len(pool))
+        return [pool[i] for i in order[:k]]
+    if draw == "stratified":
+        names = pick_across_sizes({g.name: g.matrix.nnz for g in pool}, k, seed=seed)
+        by_name = {g.name: g for g in pool}
+        return [by_name[name] for name in names]
+    raise ValueError(f"unknown fine-tune draw {draw!r}: 'random' or 'stratified'")
 
 
 def target_data(op: str, params: Params, root: Path, *, progress: bool) -> TargetData:
@@ -515,17 +534,17 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
 
     for seed in (params.seeds[:1] if args.ship_only else params.seeds):
         torch.manual_seed(seed)
-        order = np.random.default_rng([seed, 7]).permutation(len(data.pool))
-        pool = [data.pool[i] for i in order]
-        five = pool[:5]  # TL5's matrices: also the fine-tune data of WACO+FA/FM, XGBoost and best fixed
+        pool = finetune_draw(data.pool, len(data.pool), seed, "random")  # NTn's matrices: the first n
+        five = finetune_draw(data.pool, 5, seed, params.finetune_draw)  # also WACO+FA/FM's, XGBoost's, best fixed's
         for k in (params.ks if main else (5,)):
             start = time.perf_counter()
-            warm_embeddings(cpu_model, pool[:k])
-            model, recipe = finetune_on_validation(cpu_model, pool[:k], data.val, spade, params, seed)
-            score(f"tl{k}", seed, model, samples(pool[:k]) + n_val, time.perf_counter() - start,
-                  {**recipe, "finetune_matrices": [g.name for g in pool[:k]]})
+            chosen = finetune_draw(data.pool, k, seed, params.finetune_draw)
+            warm_embeddings(cpu_model, chosen)
+            model, recipe = finetune_on_validation(cpu_model, chosen, data.val, spade, params, seed)
+            score(f"tl{k}", seed, model, samples(chosen) + n_val, time.perf_counter() - start,
+                  {**recipe, "finetune_matrices": [g.name for g in chosen]})
             if k == 5 and seed == params.seeds[0]:
-                shipped_candidate = (model, recipe, [g.name for g in pool[:k]])
+                shipped_candidate = (model, recipe, [g.name for g in chosen])
         if ablations:
             start = time.perf_counter()
             params_fz = dataclasses.replace(params, finetune_epochs=params.featurizer_epochs, lrs=params.featurizer_lrs)
@@ -610,7 +629,7 @@ def ship(op: str, candidate, result: dict, params: Params, args, test_groups: Se
 - Pre-trained: the CPU model {shown_path(info['cpu_model'].get('path', info['cpu_model']['source']))}
   (weights sha1 {info['cpu_model'].get('weights_sha1', 'n/a')}).
 - Fine-tuned on 5 SPADE matrices x {params.pool_configs} sampled configs (+ the baseline config), drawn
-  with seed {params.seeds[0]} from the pool `{params.pool_corpus}` ({params.pool_min_rows}-{params.pool_max_rows} rows):
+  ({params.finetune_draw}) with seed {params.seeds[0]} from the pool `{params.pool_corpus}` ({params.pool_min_rows}-{params.pool_max_rows} rows):
   {', '.join(names)}.
 - Validation: {len(info['validation_matrices'])} matrices of `{params.eval_corpus}`
   ({params.eval_min_rows}-{params.eval_max_rows} rows) x {params.val_configs} sampled configs
@@ -692,7 +711,8 @@ def write_markdown(op: str, result: dict, params: Params, path: Path, command: s
              f"Validation (every method, every choice, by {info['select_metric'].replace('_', ' ')}): "
              f"{len(info['validation_matrices'])} matrices x "
              f"{params.val_configs} configs = {info['validation_samples']} samples, counted in target samples. "
-             f"Target training matrices: seeded draws from a pool of {info['pool_matrices']} matrices of "
+             f"Target training matrices: seeded draws ({params.finetune_draw}) from a pool of "
+             f"{info['pool_matrices']} matrices of "
              f"`{params.pool_corpus}` ({params.pool_min_rows}-{params.pool_max_rows} rows) x {params.pool_configs} "
              f"configs + baseline. CPU model: {info['cpu_model']['source']}; CPU data for the re-pre-trained "
              f"variants: {info['cpu_data']['matrices']} matrices ({info['cpu_data']['corpus']}).",
@@ -796,6 +816,9 @@ def parse_args(argv):
                              "1000000 spans the test matrices' sizes)")
     parser.add_argument("--eval-matrices", type=int, default=None,
                         help="use the first N matrices of the evaluation corpus (validation + test)")
+    parser.add_argument("--finetune-draw", choices=("random", "stratified"), default=None,
+                        help="TLk's fine-tune matrices per seed: the first k of a seeded permutation of the pool "
+                             "(random, the default) or one per nnz stratum (stratified)")
     parser.add_argument("--ablations", action="store_true", help="add the ablation rows")
     parser.add_argument("--ablations-only", action="store_true",
                         help="only TL5 and the ablation rows (writes transfer_<op>_ablations.*)")
@@ -820,6 +843,8 @@ def parse_args(argv):
         changes["threads"] = args.threads
     if args.select_metric:
         changes["select_metric"] = args.select_metric
+    if args.finetune_draw:
+        changes["finetune_draw"] = args.finetune_draw
     # a synthetic corpus' first N entries are synthetic:N:SEED (same sizes range): a prefix of the data
     if args.pool_matrices:
         seed = params.pool_corpus.split(":")[2]

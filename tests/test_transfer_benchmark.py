@@ -76,6 +76,7 @@ def test_transfer_benchmark_test_size(tmp_path, monkeypatch):
     for method in ("waco_fa", "waco_fm", "xgboost", "abl_random_mapping", "abl_source_1"):
         assert summary[method]["target_samples"] == summary["tl5"]["target_samples"]
     assert summary["zero_shot"]["target_samples"] == summary["random"]["target_samples"] == 0
+    assert params.finetune_draw == "random"  # nested: TL3's matrices are among TL5's
     assert set(result["recipes"]["tl3"]["0"]["finetune_matrices"]) < set(result["recipes"]["tl5"]["0"]
                                                                         ["finetune_matrices"])
     # validation picked each recipe: the kept one has the best validation top-1 of its grid (--select-metric;
@@ -139,6 +140,29 @@ def test_reinitialized_redraws_the_head_and_keeps_the_featurizer(monkeypatch):
     assert not same(bench.reinitialized(base, seed=4).net.head, fresh.net.head)
 
 
+def test_finetune_draw_random_is_nested_and_stratified_spans_the_sizes(monkeypatch):
+    import scipy.sparse as sp
+
+    from cognate_tvm.data import Group
+
+    bench = _load_benchmark(monkeypatch)
+    # 20 pool groups whose nnz grows with their index: group i has i + 1 nonzeros
+    pool = [Group(f"m{i:02d}", sp.eye(40, format="csr")[: i + 1], 32, (), np.zeros(0)) for i in range(20)]
+    names = lambda k, seed, draw: [g.name for g in bench.finetune_draw(pool, k, seed, draw)]  # noqa: E731
+    random5 = names(5, 0, "random")
+    assert names(3, 0, "random") == random5[:3]  # nested: TL3 within TL5
+    assert names(20, 0, "random")[:5] == random5 and sorted(names(20, 0, "random")) == [g.name for g in pool]
+    for seed in range(6):
+        stratified = bench.finetune_draw(pool, 5, seed, "stratified")
+        # one matrix from each fifth of the sizes (4 groups each), smallest stratum first
+        assert [g.matrix.nnz - 1 for g in stratified] == sorted(g.matrix.nnz - 1 for g in stratified)
+        assert [(g.matrix.nnz - 1) // 4 for g in stratified] == [0, 1, 2, 3, 4], seed
+    assert names(5, 1, "stratified") == names(5, 1, "stratified")  # seeded
+    assert len({tuple(names(5, s, "stratified")) for s in range(6)}) > 1
+    with pytest.raises(ValueError, match="unknown fine-tune draw"):
+        bench.finetune_draw(pool, 5, 0, "largest")
+
+
 def test_sizes_are_consistent(monkeypatch):
     bench = _load_benchmark(monkeypatch)
     for name, params in bench.SIZES.items():
@@ -153,7 +177,8 @@ def test_sizes_are_consistent(monkeypatch):
     params, _ = bench.parse_args(["--size", "full", "--pool-matrices", "300", "--eval-matrices", "30"])
     assert params.nt_sizes == (5, 100, 300) and params.pool_corpus.startswith("synthetic:300:")
     assert params.eval_corpus == "synthetic:30:1101"
-    assert params.select_metric == "pair_accuracy"
+    assert params.select_metric == "pair_accuracy" and params.finetune_draw == "random"
+    assert bench.parse_args(["--size", "full", "--finetune-draw", "stratified"])[0].finetune_draw == "stratified"
     assert params.pool_max_rows == 100_000
     params, _ = bench.parse_args(["--size", "full", "--pool-max-rows", "1000000"])
     assert params.pool_max_rows == 1_000_000 and params.eval_max_rows == 1_000_000
