@@ -3,8 +3,7 @@
 For each of `--matrices` generated matrices (families in turn, rows in
 [--min-rows, --max-rows], seeds from 9,100,000 on, unseen by the shipped
 model), each cost model (`--methods`: ``cognate`` = ``CognateModel()`` with the
-shipped CPU model, fine-tuned on the search's own measurements, its best fixed
-config ranked first; ``cognate_ranking`` = the same with ``fixed=0``; ``xgb`` =
+shipped CPU model, fine-tuned on the search's own measurements; ``xgb`` =
 MetaSchedule's default XGBoost model; ``random``) and each trial count
 (`--trials`, default 8 16 32), `cognate_tvm.metaschedule.tune_sparse` runs a
 fresh search (its own work dir and database) and the best record whose output
@@ -49,7 +48,7 @@ from cognate_tvm.space import create as create_space
 from cognate_tvm.matrix import FAMILIES, generate
 
 EVAL_SEED = 9_100_000
-METHODS = ("cognate", "cognate_ranking", "xgb", "random")
+METHODS = ("cognate", "xgb", "random")
 GOAL_FRACTION = 0.95
 log = logging.getLogger("metaschedule_compare")
 
@@ -68,8 +67,8 @@ def eval_matrices(count: int, *, min_rows: int, max_rows: int, seed: int = EVAL_
 def cost_model(method: str, pretrained_root):
     from cognate_tvm.metaschedule import CognateModel
 
-    if method in ("cognate", "cognate_ranking"):  # the ranking only: no best fixed config first
-        return CognateModel(pretrained_root=pretrained_root, fixed=0 if method == "cognate_ranking" else 1)
+    if method == "cognate":
+        return CognateModel(pretrained_root=pretrained_root)
     if method in ("xgb", "random"):
         return method
     raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")

@@ -137,37 +137,6 @@ def test_adapter_ranks_configs_outside_the_thread_counts_candidates_last(matrix,
         np.testing.assert_allclose(scores[inside], raw[inside])  # the candidates keep the model's order
 
 
-def test_adapter_ranks_the_models_best_fixed_config_first(matrix, shipped, context):
-    cands = _candidates("spmm", matrix, [(n, n + 1) for n in range(1, 39, 2)])  # parallel and serial variants
-    plain = msc.CognateModel(pretrained_root=shipped, fixed=0).set_workload("spmm", matrix, FEAT)
-    configs, raw = plain.decode(cands), plain.predict(context, cands)
-    worst = int(np.argmin(raw))  # the model's last pick among these candidates
-    outside = cpu_space.CPUConfig(**{**configs[worst].__dict__, "k_panel": 16384})  # column panels: not reached
-    assert outside not in msc.reached_configs("spmm", FEAT)
-    for fixed, expect_first in ((1, True), (0, False)):
-        model = CognateCostModel.load(shipped / "spmm-cpu")
-        model.fixed["cpu"] = [outside.to_json(), configs[worst].to_json()]
-        adapter = msc.CognateModel(model, fixed=fixed).set_workload("spmm", matrix, FEAT)
-        assert adapter.fixed_first == ([configs[worst]] if fixed else [])  # the first reached one
-        scores = adapter.predict(context, cands)
-        assert (int(np.argmax(scores)) == worst) is expect_first
-        others = np.arange(len(cands)) != worst
-        np.testing.assert_allclose(scores[others], raw[others], rtol=1e-6)  # the rest keep the model's order
-    with pytest.raises(ValueError, match="fixed"):
-        msc.CognateModel(fixed=-1)
-
-
-def test_population_covers_the_space():
-    """Each variant gets 2x as many draws as it has (I, J) pairs: a population holds most of the space."""
-    for op in ("spmm", "sddmm"):
-        size = msc.population_size(op, 128)
-        per_variant = size / len(msc.variants(op, 128))
-        pairs = max(len(cpu_space.I_TILES) * len(msc.j_tiles(v, 128)) for v in msc.variants(op, 128))
-        assert size >= 512 and per_variant >= 2 * pairs
-        assert 1 - np.exp(-per_variant / pairs) > 0.85  # expected share of a variant's configs drawn
-    assert msc.population_size("spmm", 128) > msc.space_coverage("spmm", 128)["reached"]
-
-
 def test_adapter_update_finetunes_and_saves(matrix, shipped, context, tmp_path):
     adapter = msc.CognateModel(pretrained_root=shipped, finetune_after=3, finetune_epochs=2, op="spmm",
                                matrix=matrix, feat=FEAT)

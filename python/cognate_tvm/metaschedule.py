@@ -352,8 +352,6 @@ def sparse_space(op: str | Op, feat: int, workers: int) -> ms.space_generator.Sc
 # added to the model's score (lower = faster) of a config that `Space.candidates` leaves out at the
 # workload's thread count: far above any score's spread, so such configs rank after every candidate
 OUTSIDE_CANDIDATES = 1e3
-# subtracted from the score of the model's best fixed configs (`fixed`): they rank before every other
-FIXED_FIRST = 1e3
 
 
 @derived_object
@@ -370,26 +368,19 @@ class CognateModel(ms.cost_model.PyCostModel):
     finetune_after : fine-tune once this many new successful measurements have
         arrived (0 disables fine-tuning).
     finetune_epochs : epochs of each fine-tune (default: the model's own setting).
-    fixed : how many of the model's best fixed configs (those of its training data,
-        `tuner.fixed_candidates`) rank first, as `tune --fixed` measures them
-        (default 1; 0: the ranking only).
     op, matrix, feat : the workload, when known up front (else `set_workload`,
         which `tune_sparse` calls).
     """
 
     def __init__(self, model=None, *, pretrained_root: str | os.PathLike | None = None, finetune_after: int = 8,
-                 finetune_epochs: int | None = None, fixed: int = 1, op: str | Op | None = None,
+                 finetune_epochs: int | None = None, op: str | Op | None = None,
                  matrix: sp.csr_matrix | None = None, feat: int | None = None):
         if finetune_after < 0:
             raise ValueError(f"finetune_after must be >= 0, got {finetune_after}")
-        if fixed < 0:
-            raise ValueError(f"fixed must be >= 0, got {fixed}")
         self.model = model
         self.pretrained_root = pretrained_root
         self.finetune_after = int(finetune_after)
         self.finetune_epochs = finetune_epochs
-        self.fixed = int(fixed)
-        self.fixed_first: list[CPUConfig] = []  # the model's best fixed configs that rank first
         self.op: Op | None = None
         self.matrix: sp.csr_matrix | None = None
         self.feat: int | None = None
@@ -424,17 +415,7 @@ class CognateModel(ms.cost_model.PyCostModel):
             log.info("CognateModel: loaded the shipped %s model %s", self.op.name, source)
             for note in notes:
                 log.warning("CognateModel: %s", note)
-        self.fixed_first = self._fixed_in_space()
         return self
-
-    def _fixed_in_space(self) -> list[CPUConfig]:
-        """The model's first `fixed` best fixed configs among the workload's candidates that the
-        MetaSchedule space reaches."""
-        from .tuner import fixed_candidates
-
-        reached = reached_configs(self.op, self.feat)
-        allowed = [c for c in self.space.configs() if c in reached and self._outside_penalty(c) == 0.0]
-        return fixed_candidates(self.model, self.space, allowed)[:self.fixed]
 
     def _need_workload(self) -> None:
         if self.matrix is None:
@@ -454,12 +435,8 @@ class CognateModel(ms.cost_model.PyCostModel):
         todo = list(dict.fromkeys(c for c in configs if c not in self._scores))
         if todo:
             scores = self.model.predict(self.matrix, todo, space=self.space, feat=self.feat)
-            self._scores.update(zip(todo, (float(s) + self._prior(c) for c, s in zip(todo, scores))))
+            self._scores.update(zip(todo, (float(s) + self._outside_penalty(c) for c, s in zip(todo, scores))))
         return np.array([-self._scores[c] for c in configs], dtype=np.float64)
-
-    def _prior(self, config: CPUConfig) -> float:
-        """Added to the model's score: -FIXED_FIRST for a best fixed config, + the outside penalty."""
-        return self._outside_penalty(config) - (FIXED_FIRST if config in self.fixed_first else 0.0)
 
     def _outside_penalty(self, config: CPUConfig) -> float:
         """OUTSIDE_CANDIDATES for a config that is not a candidate at the workload's thread count, else 0."""
@@ -506,8 +483,6 @@ class CognateModel(ms.cost_model.PyCostModel):
 
         self.model = (type(self.model) if self.model is not None else CognateCostModel).load(path)
         self._scores.clear()
-        if self.matrix is not None:
-            self.fixed_first = self._fixed_in_space()
 
 
 # -- tuning ------------------------------------------------------------------------------
@@ -676,10 +651,9 @@ def tune_sparse(op: str | Op, matrix: sp.csr_matrix, *, feat: int = 128, target=
     builder = ms.builder.LocalBuilder(max_workers=max(1, num_threads), timeout_sec=BUILD_TIMEOUT_S,
                                       f_build=build_kernel)
     with _named_log_handlers():
-        strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size(op, feat))
         db = ms.tune_tir(mod, tvm_target, str(work_dir), max_trials, num_trials_per_iter=8, builder=builder,
                          runner=runner, cost_model=cost_model, space=sparse_space(op, feat, workers), seed=seed,
-                         num_tuning_cores=max(1, num_threads), strategy=strategy)
+                         num_tuning_cores=max(1, num_threads))
     workload = db.commit_workload(mod)
     records = db.get_top_k(workload, len(db.get_all_tuning_records()) or 1)
     if not records:
@@ -703,9 +677,12 @@ def tune_sparse(op: str | Op, matrix: sp.csr_matrix, *, feat: int = 128, target=
                        f"(see the logs in {work_dir})")
 
 
-@functools.lru_cache(maxsize=16)
-def reached_configs(op: str | Op, feat: int) -> frozenset[CPUConfig]:
-    """The CPU-space configs that the MetaSchedule space of `op` reaches at width `feat`."""
+def space_coverage(op: str | Op, feat: int) -> dict:
+    """How much of the CPU space the MetaSchedule schedule of `op` reaches at width `feat`.
+
+    Returns {"reached": configs the variants and knobs produce, "space": the CPU
+    space's size, "plain_csr": its plain-CSR configs}.
+    """
     op = get_op(op)
     reached = set()
     variant_list = variants(op, feat)
@@ -713,26 +690,5 @@ def reached_configs(op: str | Op, feat: int) -> frozenset[CPUConfig]:
         for i_tile in cpu_space.I_TILES:
             for j_tile in j_tiles(variant, feat):
                 reached.add(config_from_knobs({"variant": index, "i_tile": i_tile, "j_tile": j_tile}, variant_list))
-    return frozenset(reached)
-
-
-def population_size(op: str | Op, feat: int) -> int:
-    """The evolutionary search's population: twice as many random draws per variant as it has (I, J)
-    pairs, so that a population holds most of the configs the space reaches (1 - e^-2 = 86% of the
-    largest variant's). The space has no mutators (its knobs are categorical draws), so the cost model
-    only ever ranks these random populations; MetaSchedule's default of 512 draws holds about a third
-    of SpMM's 1,620 configs at N = 128 and could miss the model's best ones. Each draw costs ~2 ms of
-    trace sampling per search iteration (4,212 draws for SpMM at N = 128: ~9 s)."""
-    draws_per_variant = 2 * max(len(cpu_space.I_TILES) * len(j_tiles(v, feat)) for v in variants(op, feat))
-    return max(512, draws_per_variant * len(variants(op, feat)))
-
-
-def space_coverage(op: str | Op, feat: int) -> dict:
-    """How much of the CPU space the MetaSchedule schedule of `op` reaches at width `feat`.
-
-    Returns {"reached": configs the variants and knobs produce, "space": the CPU
-    space's size, "plain_csr": its plain-CSR configs}.
-    """
-    every = CPUSpace(get_op(op)).configs()
-    return {"reached": len(reached_configs(op, feat)), "space": len(every),
-            "plain_csr": sum(c.single_panel for c in every)}
+    every = CPUSpace(op).configs()
+    return {"reached": len(reached), "space": len(every), "plain_csr": sum(c.single_panel for c in every)}
