@@ -535,10 +535,11 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
     for seed in (params.seeds[:1] if args.ship_only else params.seeds):
         torch.manual_seed(seed)
         pool = finetune_draw(data.pool, len(data.pool), seed, "random")  # NTn's matrices: the first n
-        five = finetune_draw(data.pool, 5, seed, params.finetune_draw)  # also WACO+FA/FM's, XGBoost's, best fixed's
+        drawn = {k: finetune_draw(data.pool, k, seed, params.finetune_draw) for k in {*params.ks, 5}}
+        five = drawn[5]  # TL5's matrices: also WACO+FA/FM's, XGBoost's and best fixed's
         for k in (params.ks if main else (5,)):
             start = time.perf_counter()
-            chosen = finetune_draw(data.pool, k, seed, params.finetune_draw)
+            chosen = drawn[k]
             warm_embeddings(cpu_model, chosen)
             model, recipe = finetune_on_validation(cpu_model, chosen, data.val, spade, params, seed)
             score(f"tl{k}", seed, model, samples(chosen) + n_val, time.perf_counter() - start,
