@@ -111,12 +111,14 @@ class Params:
     # "top1_fraction". Pair accuracy: over 5 validation matrices it averages ~25k pairs, top-1 only
     # 5 picks, too few to choose among 9 recipes x 60 epochs.
     select_metric: str = "pair_accuracy"
-    finetune_epochs: int = 60
-    lrs: tuple[float, ...] = (1e-4, 5e-4, 2e-3)
+    # the recipe grids of run G (docs/transfer.md): run E's (60 epochs, lrs 1e-4..2e-3; NT 40 epochs,
+    # 1e-3/3e-3) had validation choose the largest lr and last epochs in nearly every fit
+    finetune_epochs: int = 150
+    lrs: tuple[float, ...] = (5e-4, 2e-3, 5e-3)
     freezes: tuple[tuple[str, ...], ...] = (("featurizer",), ("featurizer", "config"))
-    reinit_lrs: tuple[float, ...] = (1e-3, 3e-3)  # "head re-initialized" recipes (() = none)
-    nt_epochs: int = 40
-    nt_lrs: tuple[float, ...] = (1e-3, 3e-3)
+    reinit_lrs: tuple[float, ...] = (3e-3, 1e-2)  # "head re-initialized" recipes (() = none)
+    nt_epochs: int = 100
+    nt_lrs: tuple[float, ...] = (3e-3, 1e-2)
     xgb_rounds: tuple[int, ...] = (0, 25, 100, 300)
     pretrain_epochs: int = 30       # WACO variants / ablations: CPU pre-training of config embedding + head
     source_sizes: tuple[int, ...] = (5, 20, 100, 300)
@@ -142,7 +144,7 @@ SIZES = {
     # CI: the whole protocol at small scale, < 10 min on 2 cores
     "ci": Params(eval_corpus="synthetic:24:1101", eval_max_rows=200_000, pool_corpus="synthetic:120:1102",
                  pool_max_rows=30_000, nt_sizes=(5, 30, 120), finetune_epochs=30, lrs=(5e-4, 2e-3),
-                 nt_epochs=20, nt_lrs=(1e-3,), xgb_rounds=(0, 50), pretrain_epochs=10, source_epochs=5,
+                 reinit_lrs=(1e-3, 3e-3), nt_epochs=20, nt_lrs=(1e-3,), xgb_rounds=(0, 50), pretrain_epochs=10, source_epochs=5,
                  source_sizes=(5, 16)),
     "full": Params(),
 }
@@ -820,6 +822,13 @@ def parse_args(argv):
     parser.add_argument("--finetune-draw", choices=("random", "stratified"), default=None,
                         help="TLk's fine-tune matrices per seed: the first k of a seeded permutation of the pool "
                              "(random, the default) or one per nnz stratum (stratified)")
+    # the recipe grids (every point is chosen among on validation; defaults: the size's)
+    parser.add_argument("--finetune-epochs", type=int, default=None, help="most fine-tuning epochs of a recipe")
+    parser.add_argument("--lrs", type=float, nargs="+", default=None, help="fine-tuning learning rates")
+    parser.add_argument("--reinit-lrs", type=float, nargs="*", default=None,
+                        help="learning rates of the 'head re-initialized' recipes (none: no such recipe)")
+    parser.add_argument("--nt-epochs", type=int, default=None, help="most epochs of NTn training")
+    parser.add_argument("--nt-lrs", type=float, nargs="+", default=None, help="NTn learning rates")
     parser.add_argument("--ablations", action="store_true", help="add the ablation rows")
     parser.add_argument("--ablations-only", action="store_true",
                         help="only TL5 and the ablation rows (writes transfer_<op>_ablations.*)")
@@ -846,6 +855,10 @@ def parse_args(argv):
         changes["select_metric"] = args.select_metric
     if args.finetune_draw:
         changes["finetune_draw"] = args.finetune_draw
+    grid = {"finetune_epochs": args.finetune_epochs, "lrs": args.lrs, "reinit_lrs": args.reinit_lrs,
+            "nt_epochs": args.nt_epochs, "nt_lrs": args.nt_lrs}
+    changes.update({name: tuple(value) if isinstance(value, list) else value
+                    for name, value in grid.items() if value is not None})
     # a synthetic corpus' first N entries are synthetic:N:SEED (same sizes range): a prefix of the data
     if args.pool_matrices:
         seed = params.pool_corpus.split(":")[2]

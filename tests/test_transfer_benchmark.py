@@ -182,5 +182,10 @@ def test_sizes_are_consistent(monkeypatch):
     assert params.pool_max_rows == 100_000
     params, _ = bench.parse_args(["--size", "full", "--pool-max-rows", "1000000"])
     assert params.pool_max_rows == 1_000_000 and params.eval_max_rows == 1_000_000
+    params, _ = bench.parse_args(["--size", "full", "--finetune-epochs", "150", "--lrs", "5e-4", "5e-3",
+                                  "--reinit-lrs", "--nt-epochs", "100", "--nt-lrs", "1e-2"])
+    assert (params.finetune_epochs, params.lrs, params.reinit_lrs) == (150, (5e-4, 5e-3), ())
+    assert (params.nt_epochs, params.nt_lrs) == (100, (1e-2,))
+    assert bench.parse_args(["--size", "full"])[0].lrs == full.lrs
     with pytest.raises(SystemExit):
         bench.parse_args(["--cpu-data", "/nowhere"])  # needs --cpu-corpus too
