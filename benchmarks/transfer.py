@@ -109,7 +109,7 @@ class Params:
     finetune_draw: str = "random"
     # what every recipe choice (grid point, epoch) maximises on validation: "pair_accuracy" or
     # "top1_fraction". Pair accuracy: over 5 validation matrices it averages ~25k pairs, top-1 only
-    # 5 picks, too few to choose among 9 recipes x 60 epochs.
+    # 5 picks, too few to choose among 9 recipes x up to 150 epochs.
     select_metric: str = "pair_accuracy"
     # the recipe grids of run G (docs/transfer.md): run E's (60 epochs, lrs 1e-4..2e-3; NT 40 epochs,
     # 1e-3/3e-3) had validation choose the largest lr and last epochs in nearly every fit
@@ -144,8 +144,8 @@ SIZES = {
     # CI: the whole protocol at small scale, < 10 min on 2 cores
     "ci": Params(eval_corpus="synthetic:24:1101", eval_max_rows=200_000, pool_corpus="synthetic:120:1102",
                  pool_max_rows=30_000, nt_sizes=(5, 30, 120), finetune_epochs=30, lrs=(5e-4, 2e-3),
-                 reinit_lrs=(1e-3, 3e-3), nt_epochs=20, nt_lrs=(1e-3,), xgb_rounds=(0, 50), pretrain_epochs=10, source_epochs=5,
-                 source_sizes=(5, 16)),
+                 reinit_lrs=(1e-3, 3e-3), nt_epochs=20, nt_lrs=(1e-3,), xgb_rounds=(0, 50), pretrain_epochs=10,
+                 source_epochs=5, source_sizes=(5, 16)),
     "full": Params(),
 }
 
@@ -857,8 +857,10 @@ def parse_args(argv):
         changes["finetune_draw"] = args.finetune_draw
     grid = {"finetune_epochs": args.finetune_epochs, "lrs": args.lrs, "reinit_lrs": args.reinit_lrs,
             "nt_epochs": args.nt_epochs, "nt_lrs": args.nt_lrs}
-    changes.update({name: tuple(value) if isinstance(value, list) else value
-                    for name, value in grid.items() if value is not None})
+    grid = {name: value for name, value in grid.items() if value is not None}
+    if any(v <= 0 for value in grid.values() for v in (value if isinstance(value, list) else [value])):
+        parser.error("recipe grids take positive epochs and learning rates")
+    changes.update({name: tuple(value) if isinstance(value, list) else value for name, value in grid.items()})
     # a synthetic corpus' first N entries are synthetic:N:SEED (same sizes range): a prefix of the data
     if args.pool_matrices:
         seed = params.pool_corpus.split(":")[2]

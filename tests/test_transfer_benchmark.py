@@ -187,5 +187,8 @@ def test_sizes_are_consistent(monkeypatch):
     assert (params.finetune_epochs, params.lrs, params.reinit_lrs) == (150, (5e-4, 5e-3), ())
     assert (params.nt_epochs, params.nt_lrs) == (100, (1e-2,))
     assert bench.parse_args(["--size", "full"])[0].lrs == full.lrs
+    for bad in (["--finetune-epochs", "0"], ["--lrs", "1e-3", "-1e-3"], ["--nt-lrs", "0"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--size", "full", *bad])
     with pytest.raises(SystemExit):
         bench.parse_args(["--cpu-data", "/nowhere"])  # needs --cpu-corpus too
