@@ -794,6 +794,16 @@ def plot(op: str, result: dict, params: Params, out: Path, stem: str) -> None:
 
 
 # -- CLI -----------------------------------------------------------------------------------------
+def positive(kind: type):
+    """An argparse type: a `kind` number above 0 (epochs, learning rates)."""
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text} is not positive")
+        return value
+    return parse
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="ci")
@@ -823,12 +833,13 @@ def parse_args(argv):
                         help="TLk's fine-tune matrices per seed: the first k of a seeded permutation of the pool "
                              "(random, the default) or one per nnz stratum (stratified)")
     # the recipe grids (every point is chosen among on validation; defaults: the size's)
-    parser.add_argument("--finetune-epochs", type=int, default=None, help="most fine-tuning epochs of a recipe")
-    parser.add_argument("--lrs", type=float, nargs="+", default=None, help="fine-tuning learning rates")
-    parser.add_argument("--reinit-lrs", type=float, nargs="*", default=None,
+    parser.add_argument("--finetune-epochs", type=positive(int), default=None,
+                        help="most fine-tuning epochs of a recipe")
+    parser.add_argument("--lrs", type=positive(float), nargs="+", default=None, help="fine-tuning learning rates")
+    parser.add_argument("--reinit-lrs", type=positive(float), nargs="*", default=None,
                         help="learning rates of the 'head re-initialized' recipes (none: no such recipe)")
-    parser.add_argument("--nt-epochs", type=int, default=None, help="most epochs of NTn training")
-    parser.add_argument("--nt-lrs", type=float, nargs="+", default=None, help="NTn learning rates")
+    parser.add_argument("--nt-epochs", type=positive(int), default=None, help="most epochs of NTn training")
+    parser.add_argument("--nt-lrs", type=positive(float), nargs="+", default=None, help="NTn learning rates")
     parser.add_argument("--ablations", action="store_true", help="add the ablation rows")
     parser.add_argument("--ablations-only", action="store_true",
                         help="only TL5 and the ablation rows (writes transfer_<op>_ablations.*)")
@@ -857,10 +868,8 @@ def parse_args(argv):
         changes["finetune_draw"] = args.finetune_draw
     grid = {"finetune_epochs": args.finetune_epochs, "lrs": args.lrs, "reinit_lrs": args.reinit_lrs,
             "nt_epochs": args.nt_epochs, "nt_lrs": args.nt_lrs}
-    grid = {name: value for name, value in grid.items() if value is not None}
-    if any(v <= 0 for value in grid.values() for v in (value if isinstance(value, list) else [value])):
-        parser.error("recipe grids take positive epochs and learning rates")
-    changes.update({name: tuple(value) if isinstance(value, list) else value for name, value in grid.items()})
+    changes.update({name: tuple(value) if isinstance(value, list) else value
+                    for name, value in grid.items() if value is not None})
     # a synthetic corpus' first N entries are synthetic:N:SEED (same sizes range): a prefix of the data
     if args.pool_matrices:
         seed = params.pool_corpus.split(":")[2]
