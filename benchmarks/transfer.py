@@ -477,7 +477,11 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
         if n > len(data.pool):
             raise ValueError(f"{n} target training matrices asked, the pool has {len(data.pool)}")
     start = time.perf_counter()
-    cpu_train, cpu_val, cpu_info = cpu_source(op, params, args, out, progress=progress)
+    # the curve's rows use the CPU model only; its CPU data feeds the re-pre-trained variants and XGBoost
+    if args.curve_only and args.cpu_model != "pretrain":
+        cpu_train, cpu_val, cpu_info = [], [], {"path": None, "corpus": None, "matrices": 0, "measurements": 0}
+    else:
+        cpu_train, cpu_val, cpu_info = cpu_source(op, params, args, out, progress=progress)
     timings["cpu_data"] = time.perf_counter() - start
     start = time.perf_counter()
     cpu_model, cpu_model_info = load_cpu_model(op, args, cpu_train, cpu_val, params)
@@ -513,7 +517,7 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
         score("zero_shot", params.seeds[0], copy.deepcopy(cpu_model), 0.0, time.perf_counter() - start)
     score("oracle", params.seeds[0], OracleRanker(data.test), float("nan"), 0.0)
     start = time.perf_counter()
-    variants = {} if args.ship_only else {"waco_fa": pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="none",
+    variants = {} if args.ship_only or args.curve_only else {"waco_fa": pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="none",
                                             knob_encoder="none"),
                 "waco_fm": pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="standard",
                                             knob_encoder="pad")}
@@ -529,7 +533,7 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
     for model in variants.values():
         model.encoder_for(spade)
         warm_embeddings(model, [*data.val, *data.test])
-    if main:
+    if main and not args.curve_only:
         xgb_source = baselines.create("xgboost", seed=0, xgb_options={"num_threads": params.threads})
         xgb_source.fit(cpu_train, space=cpu)
     timings["source_variants"] = time.perf_counter() - start
@@ -572,9 +576,10 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
             start = time.perf_counter()
             model, recipe = train_no_transfer(nt_base, pool[:n], data.val, spade, params, seed)
             score(f"nt{n}", seed, model, samples(pool[:n]) + n_val, time.perf_counter() - start + shared, recipe)
-        start = time.perf_counter()
-        model, recipe = xgboost_on_validation(xgb_source, five, data.val, spade, params)
-        score("xgboost", seed, model, samples(five) + n_val, time.perf_counter() - start, recipe)
+        if not args.curve_only:
+            start = time.perf_counter()
+            model, recipe = xgboost_on_validation(xgb_source, five, data.val, spade, params)
+            score("xgboost", seed, model, samples(five) + n_val, time.perf_counter() - start, recipe)
         fixed = baselines.create("best_fixed").finetune(five, space=spade)
         score("best_fixed", seed, fixed, samples(five), 0.0, {"config": fixed.best()})
         score("random", seed, baselines.create("random", seed=seed), 0.0, 0.0)
@@ -718,7 +723,8 @@ def write_markdown(op: str, result: dict, params: Params, path: Path, command: s
              f"{info['pool_matrices']} matrices of "
              f"`{params.pool_corpus}` ({params.pool_min_rows}-{params.pool_max_rows} rows) x {params.pool_configs} "
              f"configs + baseline. CPU model: {info['cpu_model']['source']}; CPU data for the re-pre-trained "
-             f"variants: {info['cpu_data']['matrices']} matrices ({info['cpu_data']['corpus']}).",
+             + (f"variants: {info['cpu_data']['matrices']} matrices ({info['cpu_data']['corpus']})."
+                if info['cpu_data']['matrices'] else "variants: none loaded (--curve-only)."),
              f"Seeds {list(params.seeds)}: mean ± std over seeds. top-k measures the k best-scored configs and "
              f"keeps the fastest; speedups are geomeans over the baseline config; APE = mean % slowdown of the "
              f"top-1 pick vs the oracle.", ""]
@@ -840,6 +846,13 @@ def parse_args(argv):
                         help="learning rates of the 'head re-initialized' recipes (none: no such recipe)")
     parser.add_argument("--nt-epochs", type=positive(int), default=None, help="most epochs of NTn training")
     parser.add_argument("--nt-lrs", type=positive(float), nargs="+", default=None, help="NTn learning rates")
+    parser.add_argument("--ks", type=positive(int), nargs="+", default=None,
+                        help="TLk sizes: target matrices fine-tuned on (must hold 5)")
+    parser.add_argument("--nt-sizes", type=positive(int), nargs="+", default=None,
+                        help="NTn sizes: target matrices trained on from scratch")
+    parser.add_argument("--curve-only", action="store_true",
+                        help="only the data-efficiency rows (TLk, NTn) and the free ones (zero-shot, best fixed, "
+                             "random-k, oracle): no CPU data is loaded (writes transfer_<op>_curve.*)")
     parser.add_argument("--ablations", action="store_true", help="add the ablation rows")
     parser.add_argument("--ablations-only", action="store_true",
                         help="only TL5 and the ablation rows (writes transfer_<op>_ablations.*)")
@@ -875,11 +888,18 @@ def parse_args(argv):
         seed = params.pool_corpus.split(":")[2]
         changes["pool_corpus"] = f"synthetic:{args.pool_matrices}:{seed}"
         changes["nt_sizes"] = tuple(sorted({min(n, args.pool_matrices) for n in params.nt_sizes}))
+    if args.curve_only and (args.ablations or args.ablations_only or args.ship_only or args.ship):
+        parser.error("--curve-only runs neither ablations nor shipping")
     if args.pool_max_rows:
         changes["pool_max_rows"] = args.pool_max_rows
     if args.eval_matrices:
         seed = params.eval_corpus.split(":")[2]
         changes["eval_corpus"] = f"synthetic:{args.eval_matrices}:{seed}"
+    # explicit sizes win over the pool cap above (run_op rejects sizes beyond the pool)
+    if args.ks:
+        changes["ks"] = tuple(sorted(set(args.ks)))
+    if args.nt_sizes:
+        changes["nt_sizes"] = tuple(sorted(set(args.nt_sizes)))
     return dataclasses.replace(params, **changes), args
 
 
@@ -896,7 +916,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_op(op, params, args, args.out)
         payload = {"params": dataclasses.asdict(params), "command": command, **result,
                    "wall_seconds": time.perf_counter() - start}
-        stem = f"transfer_{op}" + ("_ship" if args.ship_only else "_ablations" if args.ablations_only else "")
+        stem = f"transfer_{op}" + ("_ship" if args.ship_only else "_ablations" if args.ablations_only
+                                   else "_curve" if args.curve_only else "")
         (args.out / f"{stem}.json").write_text(json.dumps(payload, indent=1, default=float))
         print(write_markdown(op, result, params, args.out / f"{stem}.md", command))
         plot(op, result, params, args.out, stem)

@@ -192,3 +192,29 @@ def test_sizes_are_consistent(monkeypatch):
             bench.parse_args(["--size", "full", *bad])
     with pytest.raises(SystemExit):
         bench.parse_args(["--cpu-data", "/nowhere"])  # needs --cpu-corpus too
+
+
+def test_size_options_and_curve_only(tmp_path, monkeypatch):
+    """--ks / --nt-sizes set the curve's points (explicit NT sizes win over the pool cap); --curve-only
+    runs TLk, NTn and the free rows, loads no CPU data, and writes transfer_<op>_curve.*."""
+    bench = _load_benchmark(monkeypatch)
+    params, _ = bench.parse_args(["--size", "full", "--pool-matrices", "100", "--ks", "100", "5", "20",
+                                  "--nt-sizes", "20", "5", "100"])
+    assert params.ks == (5, 20, 100) and params.nt_sizes == (5, 20, 100)
+    for bad in (["--ks", "0"], ["--nt-sizes", "-5"], ["--curve-only", "--ablations"], ["--curve-only", "--ship"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--size", "full", *bad])
+    out = tmp_path / "out"
+    argv = ["--size", "test", "--ops", "spmm", "--out", str(out), "--curve-only", "--ks", "3", "5", "8",
+            "--nt-sizes", "5", "8", "--no-progress", "--threads", "1"]
+    monkeypatch.setattr(bench, "cpu_source", lambda *a, **k: pytest.fail("--curve-only loaded CPU data"))
+    assert bench.main(argv) == 0
+    result = json.loads((out / "transfer_spmm_curve.json").read_text())
+    assert set(result["summary"]) == {"zero_shot", "oracle", "tl3", "tl5", "tl8", "nt5", "nt8", "best_fixed",
+                                      "random"}
+    assert result["summary"]["tl8"]["target_samples"] > result["summary"]["tl5"]["target_samples"]
+    assert (out / "transfer_spmm_curve_efficiency.png").stat().st_size > 0
+    assert "none loaded (--curve-only)" in (out / "transfer_spmm_curve.md").read_text()
+    with pytest.raises(ValueError, match="k = 5"):
+        bench.main(["--size", "test", "--ops", "spmm", "--out", str(out), "--curve-only", "--ks", "3", "8",
+                    "--no-progress", "--threads", "1"])
