@@ -2,33 +2,37 @@
 
 For each of `--matrices` generated matrices (families in turn, rows in
 [--min-rows, --max-rows], seeds from 9,100,000 on, unseen by the shipped
-model), each cost model (`--methods`: ``cognate`` = ``CognateModel()`` with the
-shipped CPU model, fine-tuned on the search's own measurements; ``xgb`` =
-MetaSchedule's default XGBoost model; ``random``) and each trial count
-(`--trials`, default 8 16 32), `cognate_tvm.metaschedule.tune_sparse` runs a
-fresh search (its own work dir and database) and the best record whose output
-matches scipy is kept. Per matrix, the best time any run found is the
-reference; each run's score is reference / its best time (1.0 = found the
-best). Beside the searches, the best fixed config, leave one out: every
-run's best config is timed again (one build and `time_module` each) on every
-matrix, and on each matrix the config with the best geomean on the other
-matrices is scored against the best of those re-timed configs on this one (one
-timing source for both; a pick that fails on this matrix scores 0 and counts as
-failed). Every run is also scored on those re-timings (its best config's re-timed
-time against the best re-timed config), since searches run minutes apart on a
-noisy machine record their bests with that much drift. Reported as
-geomeans per (method, trials), with the issue's goal:
-CognateModel reaches 0.95 within 8 trials, where XGBoost needs at least 4x
-more trials. Outputs in --out: ``results.jsonl`` (one object per run; a rerun
-skips the runs already there), ``summary.json``, ``summary.md`` and
-``metaschedule_compare.png``; ``fixed.jsonl`` holds the re-timed configs (resumed the same way).
+model) and each cost model (`--methods`: ``cognate`` = ``CognateModel()`` with
+the shipped CPU model, fine-tuned on the search's own measurements; ``xgb`` =
+MetaSchedule's default XGBoost model; ``random``),
+`cognate_tvm.metaschedule.tune_sparse` runs one search of the largest of
+`--trials` (default 8 16 32) in its own work dir, and the best after each
+trial count is read from the search's measurements in the order it made them
+(batches of 8: a search's first 8 trials are what an 8-trial search of the same
+seed measures), so every method's curve is one search, as a tuner's user sees it.
+
+Two scores per (method, trials), geomeans over matrices:
+- record: the search's own record of its best, against the best any search recorded
+  on that matrix;
+- re-timed: every best config of every search (at every trial count) is built once per
+  matrix, its output checked against scipy, and timed in `--retime-rounds` (5) rounds
+  with the order rotated each round; its median over rounds, against the best median of
+  that matrix. Searches run minutes apart on a noisy machine record the same config with
+  up to 1.8x drift; the rounds time all picks side by side.
+Beside them, the best fixed config, leave one out: on each matrix, the re-timed config
+with the best geomean on the other matrices (a pick that fails here scores 0 and counts
+as failed). Goal (the issue's): CognateModel reaches 0.95 within 8 trials, where
+XGBoost needs at least 4x more trials. Outputs in --out: ``results.jsonl`` (one object
+per search; a rerun skips the searches already there), ``retimed.jsonl`` (per matrix and
+config, resumed the same way), ``summary.json``, ``summary.md`` and
+``metaschedule_compare.png``.
 
     python benchmarks/metaschedule_compare.py --out benchmarks/results/ms_compare          # full: 5 matrices
-    python benchmarks/metaschedule_compare.py --matrices 1 --trials 8 --min-rows 1000 --max-rows 1000 \\
-        --feat 32 --out /tmp/ms_compare                                                     # test-sized
+    python benchmarks/metaschedule_compare.py --matrices 2 --trials 8 16 --min-rows 1000 --max-rows 1000 \\
+        --feat 32 --retime-rounds 2 --out /tmp/ms_compare                                   # test-sized
 
 Runs take ~10 s of TVM start-up once per process, then ~1-2 s per trial on an
-idle 2-core machine. A run that fails is recorded with its error, never fatal.
+idle 2-core machine. A search that fails is recorded with its error, never fatal.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from cognate_tvm import baselines
 from cognate_tvm.space import create as create_space
@@ -75,51 +80,82 @@ def cost_model(method: str, pretrained_root):
 
 
 def run_one(name, matrix, *, op, method, trials, feat, threads, seed, pretrained_root) -> dict:
+    """One search of `trials` trials; its measurements in search order (``trials_log``: [config, ms])."""
     from cognate_tvm.metaschedule import tune_sparse
 
     row = {"matrix": name, "rows": matrix.shape[0], "nnz": int(matrix.nnz), "op": op, "method": method,
-           "trials": trials, "feat": feat}
+           "max_trials": trials, "feat": feat}
     start = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory() as work_dir:
             result = tune_sparse(op, matrix, feat=feat, max_trials=trials, cost_model=cost_model(method,
                                  pretrained_root), work_dir=work_dir, num_threads=threads, seed=seed)
         row.update(best_ms=result.time_ms, config=result.config.to_dict(), records=result.records,
-                   rejected=len(result.rejected), error=None)
-    except Exception as exc:  # a failing run is a result
+                   rejected=[c.to_json() for c, _ in result.rejected],
+                   trials_log=[[c.to_json(), t] for c, t in result.trials], error=None)
+    except Exception as exc:  # a failing search is a result
         log.warning("%s %s %d trials failed: %s", name, method, trials, exc)
-        row.update(best_ms=None, config=None, records=0, rejected=0, error=f"{type(exc).__name__}: {exc}")
+        row.update(best_ms=None, config=None, records=0, rejected=[], trials_log=[],
+                   error=f"{type(exc).__name__}: {exc}")
     row["seconds"] = round(time.perf_counter() - start, 1)
     return row
 
 
-def config_key(space, row: dict) -> str:
-    """The JSON of a run's best config, as `time_run_configs` keys its re-timings."""
-    return space.config_from_dict(row["config"]).to_json()
+def at_trials(row: dict, trials: int, finalists: int = 1) -> dict:
+    """The search `row` as it stood after its first `trials` measurements: its fastest one
+    (``best_ms``, ``config``: a config JSON; None when none succeeded) and its `finalists` fastest
+    distinct configs (``finalists``, by their best record), leaving out the configs whose output the
+    search found wrong."""
+    wrong = set(row.get("rejected", ()))
+    record: dict[str, float] = {}
+    for config, ms in row["trials_log"][:trials]:
+        if ms is not None and config not in wrong:
+            record[config] = min(ms, record.get(config, np.inf))
+    ranked = sorted(record, key=record.get)
+    return {"matrix": row["matrix"], "method": row["method"], "trials": trials,
+            "best_ms": record[ranked[0]] if ranked else None, "config": ranked[0] if ranked else None,
+            "finalists": ranked[:finalists], "error": row.get("error")}
 
 
-def time_run_configs(rows: list[dict], matrices, *, op, feat, threads, path: Path) -> dict:
-    """{matrix: {config json: ms or None}}: every run's best config timed on every matrix (resumes from `path`)."""
+def retime_configs(views: list[dict], matrices, *, op, feat, threads, rounds: int, path: Path) -> dict:
+    """{matrix: {config JSON: median ms over `rounds`, or None}}: every config the views picked, built
+    once per matrix, checked against scipy, then timed in rounds, the order rotated each round (so no
+    config always runs first while the machine drifts). Resumes per matrix from `path`."""
     from cognate_tvm.kernels.cpu import cpu_target
-    from cognate_tvm.metaschedule import schedule_config, time_module
+    from cognate_tvm.metaschedule import BuiltKernel, schedule_config
 
     space = create_space("cpu", op)
-    pool = sorted({config_key(space, r) for r in rows if r.get("config")})
+    pool = sorted({c for v in views for c in v.get("finalists") or [v["config"]] if c})
     times: dict = {}
     if path.is_file():
         for r in map(json.loads, path.read_text().splitlines()):
             times.setdefault(r["matrix"], {})[r["config"]] = r["time_ms"]
     target = cpu_target(threads)
-    for name, matrix in matrices:
-        for config in (c for c in pool if c not in times.get(name, {})):
+    for name, matrix in tqdm(matrices, desc="re-timing", disable=None):
+        todo = [c for c in pool if c not in times.get(name, {})]
+        if not todo:
+            continue
+        kernels, errors, samples = {}, {}, {c: [] for c in todo}
+        for config in todo:
             try:
-                mod = schedule_config(op, matrix, feat, space.config_from_json(config), workers=threads)
-                time_ms, error = time_module(op, mod, matrix, feat, target), None
+                kernel = BuiltKernel(op, schedule_config(op, matrix, feat, space.config_from_json(config),
+                                                         workers=threads), matrix, feat, target)
+                if kernel.correct():
+                    kernels[config] = kernel
+                else:
+                    errors[config] = "wrong output"
             except Exception as exc:  # a failing config is a result
-                time_ms, error = None, f"{type(exc).__name__}: {exc}"
-            times.setdefault(name, {})[config] = time_ms
-            with path.open("a") as f:
-                f.write(json.dumps({"matrix": name, "config": config, "time_ms": time_ms, "error": error}) + "\n")
+                errors[config] = f"{type(exc).__name__}: {exc}"
+        ready = list(kernels)
+        for n in range(rounds):
+            for config in ready[n % len(ready):] + ready[:n % len(ready)] if ready else []:
+                samples[config].append(kernels[config].time_ms())
+        with path.open("a") as f:
+            for config in todo:
+                median = float(np.median(samples[config])) if samples[config] else None
+                times.setdefault(name, {})[config] = median
+                f.write(json.dumps({"matrix": name, "config": config, "time_ms": median,
+                                    "times_ms": samples[config], "error": errors.get(config)}) + "\n")
     return times
 
 
@@ -142,12 +178,17 @@ def best_fixed_leave_one_out(times: dict) -> dict:
     return out
 
 
-def add_retimed(rows: list[dict], times: dict, space) -> None:
-    """Each run's best config re-timed on its matrix (``retimed_ms``, from `time_run_configs`'s `times`),
-    and the best re-timed config of that matrix (``retimed_best_ms``)."""
-    for r in rows:
-        r["retimed_ms"] = times.get(r["matrix"], {}).get(config_key(space, r)) if r.get("config") else None
-        r["retimed_best_ms"] = best_retimed_ms(times, r["matrix"])
+def add_retimed(views: list[dict], times: dict) -> None:
+    """Each view's best record re-timed on its matrix (``retimed_ms``, from `retime_configs`'s `times`),
+    its finalists' fastest re-timed config (``confirmed_ms``, ``confirmed_config``: what a tuner that
+    re-times its top records side by side before choosing would pick), and the best re-timed config of
+    that matrix (``retimed_best_ms``)."""
+    for v in views:
+        own = times.get(v["matrix"], {})
+        v["retimed_ms"] = own.get(v["config"]) if v.get("config") else None
+        timed = [(own[c], c) for c in v.get("finalists") or [] if own.get(c)]
+        v["confirmed_ms"], v["confirmed_config"] = min(timed) if timed else (None, None)
+        v["retimed_best_ms"] = best_retimed_ms(times, v["matrix"])
 
 
 def fractions_table(rows: list[dict], methods, trials, key: str) -> dict:
@@ -174,9 +215,12 @@ def summarize(rows: list[dict], methods, trials, fixed: dict | None = None) -> d
         r["fraction"] = best[r["matrix"]] / r["best_ms"] if r["best_ms"] and r["matrix"] in best else None
         if r.get("retimed_best_ms"):
             r["retimed_fraction"] = r["retimed_best_ms"] / r["retimed_ms"] if r.get("retimed_ms") else None
+            r["confirmed_fraction"] = r["retimed_best_ms"] / r["confirmed_ms"] if r.get("confirmed_ms") else None
     table = fractions_table(rows, methods, trials, "fraction")
     retimed = fractions_table(rows, methods, trials, "retimed_fraction") \
         if any("retimed_fraction" in r for r in rows) else None
+    confirmed = fractions_table(rows, methods, trials, "confirmed_fraction") \
+        if any("confirmed_fraction" in r for r in rows) else None
 
     def first_reaching(method, scores=table):
         for t in trials:
@@ -188,9 +232,11 @@ def summarize(rows: list[dict], methods, trials, fixed: dict | None = None) -> d
     fixed_ok = [f for f in (fixed or {}).values() if f]
     best_fixed = {"geomean_fraction": float(np.exp(np.mean(np.log(fixed_ok)))) if fixed_ok else None,
                   "matrices": len(fixed or {}), "failed": len(fixed or {}) - len(fixed_ok), "per_matrix": fixed}
-    return {"table": table, "retimed_table": retimed, "best_fixed": best_fixed, "matrices": len(best),
-            "goal_fraction": GOAL_FRACTION, "trials_to_goal": {m: first_reaching(m) for m in methods},
+    return {"table": table, "retimed_table": retimed, "confirmed_table": confirmed, "best_fixed": best_fixed,
+            "matrices": len(best), "goal_fraction": GOAL_FRACTION,
+            "trials_to_goal": {m: first_reaching(m) for m in methods},
             "trials_to_goal_retimed": {m: first_reaching(m, retimed) for m in methods} if retimed else None,
+            "trials_to_goal_confirmed": {m: first_reaching(m, confirmed) for m in methods} if confirmed else None,
             "goal": f"cognate >= {GOAL_FRACTION} within {min(trials)} trials; xgb needs >= 4x more"}
 
 
@@ -208,17 +254,30 @@ def table_lines(table: dict, methods, trials) -> list[str]:
 
 def markdown(summary: dict, methods, trials) -> str:
     lines = ["# MetaSchedule: best time found / best of all runs (geomean over matrices)", "",
+             "One search per method and matrix; its best after the first t trials. "
              "Each search's own record of its best:", ""] + table_lines(summary["table"], methods, trials)
     if summary.get("retimed_table"):
-        lines += ["", "Each search's best config re-timed, one after the other in one process, against the "
-                  "best re-timed config of the matrix:", ""] + table_lines(summary["retimed_table"], methods, trials)
+        lines += ["", f"Each search's best config re-timed side by side with every other pick of the matrix "
+                  f"({summary.get('retime_rounds')} rounds, order rotated, medians), against the best re-timed "
+                  "config of the matrix:", ""] + table_lines(summary["retimed_table"], methods, trials)
+    if summary.get("confirmed_table"):
+        lines += ["", f"Each search's {summary.get('finalists')} fastest records re-timed the same way and the "
+                  "fastest kept (a tuner that confirms its finalists before choosing):", ""]
+        lines += table_lines(summary["confirmed_table"], methods, trials)
     fixed = summary.get("best_fixed") or {}
     if fixed.get("geomean_fraction") is not None:
         lines += ["", f"best fixed config (chosen on the other matrices among the runs' best configs, all "
                   f"re-timed): {fixed['geomean_fraction']:.3f} of the best re-timed config, 0 measurements"
                   + (f" ({fixed['failed']} failed)" if fixed["failed"] else "")]
-    reach = ", ".join(f"{m}: {t if t is not None else 'not reached'}" for m, t in summary["trials_to_goal"].items())
-    lines += ["", f"{summary['matrices']} matrices; trials to reach {summary['goal_fraction']}: {reach}"]
+    def reach(trials_to_goal):
+        return ", ".join(f"{m}: {t if t is not None else 'not reached'}" for m, t in trials_to_goal.items())
+
+    lines += ["", f"{summary['matrices']} matrices; trials to reach {summary['goal_fraction']}: records: "
+              + reach(summary["trials_to_goal"])
+              + (f"; re-timed: {reach(summary['trials_to_goal_retimed'])}" if summary.get("trials_to_goal_retimed")
+                 else "")
+              + (f"; finalists confirmed: {reach(summary['trials_to_goal_confirmed'])}"
+                 if summary.get("trials_to_goal_confirmed") else "")]
     return "\n".join(lines) + "\n"
 
 
@@ -228,9 +287,12 @@ def plot(summary: dict, methods, trials, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # the confirmed picks when re-timed (what tune_sparse returns: its finalists re-timed side by side),
+    # else the records
+    table = summary.get("confirmed_table") or summary["table"]
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for m in methods:
-        ys = [summary["table"][f"{m}@{t}"]["geomean_fraction"] for t in trials]
+        ys = [table[f"{m}@{t}"]["geomean_fraction"] for t in trials]
         ax.plot(trials, [np.nan if y is None else y for y in ys], marker="o", label=m)
     fixed = (summary.get("best_fixed") or {}).get("geomean_fraction")
     if fixed is not None:
@@ -239,7 +301,7 @@ def plot(summary: dict, methods, trials, path: Path) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(trials, [str(t) for t in trials])
     ax.set_xlabel("trials")
-    ax.set_ylabel("best of all runs / best found")
+    ax.set_ylabel("best of all picks / pick" + (" (re-timed)" if summary.get("confirmed_table") else ""))
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -258,7 +320,10 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1, help="search seed (>= 1)")
     parser.add_argument("--pretrained-dir", type=Path, default=None)
-    parser.add_argument("--no-fixed", action="store_true", help="skip the best-fixed-config baseline")
+    parser.add_argument("--finalists", type=int, default=4,
+                        help="each search's fastest records re-timed; the fastest of them is its confirmed pick")
+    parser.add_argument("--retime-rounds", type=int, default=5,
+                        help="rounds of re-timing every pick side by side (0: none, no best fixed config)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     # the re-timing runs in this process: size TVM's thread pool as the searches' runners do
@@ -266,34 +331,36 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
     trials = sorted(set(args.trials))
+    if trials[0] < 1 or args.retime_rounds < 0 or args.finalists < 1:
+        parser.error("--trials and --finalists must be >= 1, --retime-rounds >= 0")
     results_path = args.out / "results.jsonl"
     done = {}
     if results_path.is_file():
-        done = {(r["matrix"], r["method"], r["trials"]): r
+        done = {(r["matrix"], r["method"], r.get("max_trials")): r
                 for r in map(json.loads, results_path.read_text().splitlines()) if r}
-    rows = []
+    searches = []
     matrices = eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows)
     for name, matrix in matrices:
         for method in args.methods:
-            for t in trials:
-                key = (name, method, t)
-                if key in done:
-                    rows.append(done[key])
-                    continue
-                log.info("%s (%dx%d, nnz %d): %s, %d trials", name, *matrix.shape, matrix.nnz, method, t)
-                row = run_one(name, matrix, op=args.op, method=method, trials=t, feat=args.feat,
-                              threads=args.threads, seed=args.seed, pretrained_root=args.pretrained_dir)
-                with results_path.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
-                rows.append(row)
+            key = (name, method, trials[-1])
+            if key in done:
+                searches.append(done[key])
+                continue
+            log.info("%s (%dx%d, nnz %d): %s, %d trials", name, *matrix.shape, matrix.nnz, method, trials[-1])
+            row = run_one(name, matrix, op=args.op, method=method, trials=trials[-1], feat=args.feat,
+                          threads=args.threads, seed=args.seed, pretrained_root=args.pretrained_dir)
+            with results_path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            searches.append(row)
+    views = [at_trials(row, t, args.finalists) for row in searches for t in trials]
     fixed = None
-    if not args.no_fixed:
-        times = time_run_configs(rows, matrices, op=args.op, feat=args.feat, threads=args.threads,
-                                 path=args.out / "fixed.jsonl")
+    if args.retime_rounds:
+        times = retime_configs(views, matrices, op=args.op, feat=args.feat, threads=args.threads,
+                               rounds=args.retime_rounds, path=args.out / "retimed.jsonl")
         fixed = best_fixed_leave_one_out(times)
-        add_retimed(rows, times, create_space("cpu", args.op))
-    summary = summarize(rows, args.methods, trials, fixed)
-    summary["runs"] = rows
+        add_retimed(views, times)
+    summary = summarize(views, args.methods, trials, fixed)
+    summary.update(retime_rounds=args.retime_rounds, finalists=args.finalists, runs=views)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     (args.out / "summary.md").write_text(markdown(summary, args.methods, trials))
     plot(summary, args.methods, trials, args.out / "metaschedule_compare.png")

@@ -175,31 +175,48 @@ def test_tune_sparse_rejects_other_targets(matrix, tmp_path):
 def test_tune_sparse_end_to_end(op, matrix, shipped, tmp_path, monkeypatch):
     """CognateModel() (the shipped model) drives a real search with real CSR inputs; the result is checked.
 
-    The fastest record is made to fail its output check: it is rejected and the next one returned.
+    The fastest record is made to fail its output check: it is rejected and the next ones are the
+    finalists, re-timed side by side; the lowest median is the result.
     """
     checked = []
-    real_check = msc.schedule_is_correct
+    real_check = msc.BuiltKernel.correct
 
-    def first_is_wrong(*args, **kwargs):
-        checked.append(args[1])
-        return len(checked) > 1 and real_check(*args, **kwargs)
+    def first_is_wrong(kernel):
+        checked.append(kernel)
+        return len(checked) > 1 and real_check(kernel)
 
-    monkeypatch.setattr(msc, "schedule_is_correct", first_is_wrong)
+    monkeypatch.setattr(msc.BuiltKernel, "correct", first_is_wrong)
     adapter = msc.CognateModel(pretrained_root=shipped, finetune_after=8, finetune_epochs=2)
     result = msc.tune_sparse(op, matrix, feat=FEAT, max_trials=8, cost_model=adapter, work_dir=tmp_path,
-                             num_threads=2)
-    assert result.records >= 2 and result.correct and len(checked) == 2
+                             num_threads=2, finalists=3, rounds=2)
+    assert result.records >= 2 and result.correct
     assert len(result.rejected) == 1 and result.rejected[0][1] == WRONG_OUTPUT
-    top = result.database.get_top_k(result.database.commit_workload(msc.sparse_module(op, matrix, FEAT)), 2)
-    assert float(top[1].run_secs[0]) * 1e3 == pytest.approx(result.time_ms, rel=1e-6)  # the second fastest
+    top = result.database.get_top_k(result.database.commit_workload(msc.sparse_module(op, matrix, FEAT)), 1)
+    variant_list = msc.variants(op, FEAT)
+    assert result.rejected[0][0] == msc.config_from_knobs(msc.knobs_from_trace(top[0].trace), variant_list)
+    assert len(top[0].run_secs) == 3  # the runner's repeats
+    # the finalists: distinct configs, each re-timed `rounds` times; the result is the lowest median
+    finalists = result.confirmed
+    assert 1 <= len(finalists) <= 3 and result.rejected[0][0] not in finalists
+    if len(finalists) > 1:
+        assert all(len(times) == 2 for times in finalists.values())
+        medians = {c: float(np.median(times)) for c, times in finalists.items()}
+        assert result.config == min(medians, key=medians.get)
+        assert result.time_ms == pytest.approx(medians[result.config])
     # the search went through the adapter: it scored candidates (its scores are dropped after a
     # fine-tune) and was told the measurements
     assert len(adapter.records) >= 1 and (adapter._scores or adapter.finetunes >= 1)
     assert result.config in {c for c, _ in adapter.records}
     assert np.isfinite(result.time_ms) and result.time_ms > 0
     CPUSpace(op).check(result.config)
-    assert real_check(op, result.schedule.mod, matrix, FEAT, cpu_target(2), seed=5)
+    assert real_check(msc.BuiltKernel(op, result.schedule.mod, matrix, FEAT, cpu_target(2), seed=5))
     assert len(result.database.get_all_tuning_records()) == result.records
+    # every measurement, in search order: the database's records (sorted by time) are among them
+    assert len(result.trials) == 8
+    logged = {c for c, t in result.trials if t is not None}
+    assert result.config in logged and len(logged) >= 2
+    with pytest.raises(ValueError, match="finalists"):
+        msc.tune_sparse(op, matrix, feat=FEAT, max_trials=8, work_dir=tmp_path, finalists=0)
 
 
 def test_package_exports_cognate_model_without_importing_tvm():

@@ -531,38 +531,68 @@ def _set_num_threads(num_threads: int) -> None:
     os.environ["TVM_NUM_THREADS"] = str(int(num_threads))
 
 
+class BuiltKernel:
+    """A scheduled workload built once, on `matrix` with seeded dense operands: its output can be
+    checked and it can be timed as often as asked (re-timing rounds reuse one build)."""
+
+    def __init__(self, op: str | Op, mod, matrix: sp.csr_matrix, feat: int, target, *, seed: int = 11):
+        self.op, self.matrix, self.feat, self.seed = get_op(op), sp.csr_matrix(matrix, dtype=np.float32), int(feat), seed
+        self.lib = tvm.tirx.build(mod, target=target)
+        self.dev = tvm.cpu()
+        self.args = [tvm.runtime.tensor(a, self.dev) for a in _host_inputs(self.op, self.matrix, feat, seed)]
+        self.out_shape = ((self.matrix.shape[0], self.feat) if self.op.name == "spmm"
+                          else (int(workload_csr(self.op, self.matrix).nnz),))
+
+    def output(self) -> np.ndarray:
+        """One run into a NaN-filled output (an unwritten element stays NaN)."""
+        out = tvm.runtime.tensor(np.full(self.out_shape, np.nan, dtype=np.float32), self.dev)
+        self.lib["main"](*self.args, out)
+        return out.numpy()
+
+    def correct(self) -> bool:
+        """True when the output matches scipy's."""
+        dense = self.op.make_dense_inputs(self.matrix, self.feat, seed=self.seed)
+        return check_output(self.op, self.matrix, dense, self.output())
+
+    def time_ms(self, *, repeat: int = 7, min_repeat_ms: int = 20) -> float:
+        """Median time in ms over `repeat` runs of TVM's time_evaluator."""
+        out = tvm.runtime.empty(self.out_shape, "float32", self.dev)
+        timer = self.lib.time_evaluator("main", self.dev, number=1, repeat=int(repeat),
+                                        min_repeat_ms=int(min_repeat_ms))
+        return float(np.median(np.asarray(timer(*self.args, out).results)) * 1e3)
+
+
 def run_schedule(op: str | Op, mod, matrix: sp.csr_matrix, feat: int, target, *, seed: int = 11) -> np.ndarray:
     """Build the scheduled `mod` and run it once on `matrix` with seeded dense operands; returns the output."""
-    op = get_op(op)
-    lib = tvm.tirx.build(mod, target=target)
-    dev = tvm.cpu()
-    inputs = _host_inputs(op, matrix, feat, seed)
-    out_shape = (matrix.shape[0], int(feat)) if op.name == "spmm" else (int(workload_csr(op, matrix).nnz),)
-    args = [tvm.runtime.tensor(a, dev) for a in inputs]
-    out = tvm.runtime.tensor(np.full(out_shape, np.nan, dtype=np.float32), dev)
-    lib["main"](*args, out)
-    return out.numpy()
+    return BuiltKernel(op, mod, matrix, feat, target, seed=seed).output()
 
 
 def time_module(op: str | Op, mod, matrix: sp.csr_matrix, feat: int, target, *, repeat: int = 7,
                 min_repeat_ms: int = 20, seed: int = 11) -> float:
     """Median time in ms of the (scheduled or default) workload `mod` on `matrix`, with TVM's time_evaluator."""
-    op = get_op(op)
-    lib = tvm.tirx.build(mod, target=target)
-    dev = tvm.cpu()
-    inputs = _host_inputs(op, matrix, feat, seed)
-    out_shape = (matrix.shape[0], int(feat)) if op.name == "spmm" else (int(workload_csr(op, matrix).nnz),)
-    args = [tvm.runtime.tensor(a, dev) for a in inputs] + [tvm.runtime.empty(out_shape, "float32", dev)]
-    timer = lib.time_evaluator("main", dev, number=1, repeat=int(repeat), min_repeat_ms=int(min_repeat_ms))
-    return float(np.median(np.asarray(timer(*args).results)) * 1e3)
+    return BuiltKernel(op, mod, matrix, feat, target, seed=seed).time_ms(repeat=repeat, min_repeat_ms=min_repeat_ms)
 
 
 def schedule_is_correct(op: str | Op, mod, matrix: sp.csr_matrix, feat: int, target, *, seed: int = 11) -> bool:
     """True when the scheduled `mod`'s output matches scipy's on `matrix`."""
-    op = get_op(op)
-    matrix = sp.csr_matrix(matrix, dtype=np.float32)
-    output = run_schedule(op, mod, matrix, feat, target, seed=seed)
-    return check_output(op, matrix, op.make_dense_inputs(matrix, int(feat), seed=seed), output)
+    return BuiltKernel(op, mod, matrix, feat, target, seed=seed).correct()
+
+
+@derived_object
+class TrialLog(ms.measure_callback.PyMeasureCallback):
+    """Measure callback: every measured candidate's config and time, in the order the search measured
+    them (the database keeps records sorted by time, so a search's best after its first t trials is
+    only known from here)."""
+
+    def __init__(self, variant_list: Sequence[Variant]):
+        self.variant_list = list(variant_list)
+        self.trials: list[tuple[CPUConfig, float | None]] = []
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        for candidate, built, ran in zip(measure_candidates, builder_results, runner_results):
+            config = config_from_knobs(knobs_from_trace(candidate.sch.trace), self.variant_list)
+            ok = built.error_msg is None and ran.error_msg is None and ran.run_secs
+            self.trials.append((config, 1e3 * float(np.mean([float(s) for s in ran.run_secs])) if ok else None))
 
 
 @contextlib.contextmanager
@@ -597,6 +627,8 @@ class MetaScheduleResult:
     database: object    # the MetaSchedule Database
     correct: bool       # the schedule's output was checked against scipy (always True when returned)
     rejected: list[tuple[CPUConfig, str]]  # faster records whose output was wrong, with the reason
+    trials: list[tuple[CPUConfig, float | None]]  # every measurement in search order (None: failed)
+    confirmed: dict  # {config: re-timed ms per round} of the finalists timed side by side ({}: none were)
 
 
 def _target(target, num_threads: int, mcpu: str | None):
@@ -613,8 +645,14 @@ def _target(target, num_threads: int, mcpu: str | None):
 
 def tune_sparse(op: str | Op, matrix: sp.csr_matrix, *, feat: int = 128, target="llvm", max_trials: int,
                 cost_model=None, work_dir: str | os.PathLike, num_threads: int | None = None, seed: int = 1,
-                mcpu: str | None = None, pretrained_root: str | os.PathLike | None = None) -> MetaScheduleResult:
-    """Tune `op` on `matrix` with MetaSchedule; return the fastest record whose output matches scipy.
+                mcpu: str | None = None, pretrained_root: str | os.PathLike | None = None, finalists: int = 4,
+                rounds: int = 3) -> MetaScheduleResult:
+    """Tune `op` on `matrix` with MetaSchedule; return the fastest of its best records, confirmed side by side.
+
+    The `finalists` fastest records of distinct configs whose output matches scipy are timed again, side
+    by side in this process (`rounds` rounds, the order rotated), and the lowest median is the result:
+    the search's records come from measurements seconds to minutes apart, and on a shared machine the
+    same config's record moves more than the gap between the best configs.
 
     Parameters
     ----------
@@ -628,11 +666,17 @@ def tune_sparse(op: str | Op, matrix: sp.csr_matrix, *, feat: int = 128, target=
     num_threads : cores of the target and threads of the measured kernels (default: all).
     seed : seed of the search (>= 1).
     pretrained_root : where ``CognateModel()`` finds shipped models (default: the package's).
+    finalists, rounds : records re-timed, and rounds of re-timing (1 finalist or 0 rounds: the fastest
+        correct record, at its recorded time). Threads: this process's TVM pool
+        (``TVM_NUM_THREADS``, set to `num_threads` here if TVM's pool has not started).
     """
     op = get_op(op)
     if max_trials < 1:
         raise ValueError(f"max_trials must be >= 1, got {max_trials}")
+    if finalists < 1 or rounds < 0:
+        raise ValueError(f"finalists must be >= 1 and rounds >= 0, got {finalists} and {rounds}")
     num_threads = int(num_threads or os.cpu_count() or 1)
+    os.environ.setdefault("TVM_NUM_THREADS", str(num_threads))  # the finalists are re-timed in this process
     tvm_target = _target(target, num_threads, mcpu)
     workers = int(tvm_target.attrs.get("num-cores", num_threads))
     work_dir = Path(work_dir)
@@ -645,36 +689,81 @@ def tune_sparse(op: str | Op, matrix: sp.csr_matrix, *, feat: int = 128, target=
     inputs = save_sparse_arguments(op, matrix, feat, work_dir / f"{op.name}_inputs.npz")
     mod = sparse_module(op, matrix, feat)
     runner = ms.runner.LocalRunner(
-        evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=20),
+        # 3 repeats (each >= 20 ms), their mean the record: with 1, one noisy sample on a shared machine
+        # decided a record, and the search's ranking of its own measurements
+        evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=3, min_repeat_ms=20),
         f_alloc_argument=functools.partial(alloc_sparse_arguments, path=str(inputs)),
         initializer=functools.partial(_set_num_threads, num_threads))
     builder = ms.builder.LocalBuilder(max_workers=max(1, num_threads), timeout_sec=BUILD_TIMEOUT_S,
                                       f_build=build_kernel)
+    variant_list = variants(op, feat)
+    trial_log = TrialLog(variant_list)
     with _named_log_handlers():
         db = ms.tune_tir(mod, tvm_target, str(work_dir), max_trials, num_trials_per_iter=8, builder=builder,
                          runner=runner, cost_model=cost_model, space=sparse_space(op, feat, workers), seed=seed,
-                         num_tuning_cores=max(1, num_threads))
+                         num_tuning_cores=max(1, num_threads),
+                         measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), trial_log])
     workload = db.commit_workload(mod)
     records = db.get_top_k(workload, len(db.get_all_tuning_records()) or 1)
     if not records:
         raise RuntimeError(f"MetaSchedule produced no successful record (see the logs in {work_dir})")
-    variant_list = variants(op, feat)
-    rejected: list[tuple[CPUConfig, str]] = []
+    finalists_ = _finalists(op, mod, records, matrix, feat, tvm_target, variant_list, finalists)
+    if not finalists_.kernels:
+        raise RuntimeError(f"none of the {len(records)} MetaSchedule records computes the right output "
+                           f"(see the logs in {work_dir})")
+    pick, time_ms, confirmed = finalists_.confirm(rounds)
+    config, knobs, sch, _ = finalists_.kernels[pick]
+    return MetaScheduleResult(config=config, time_ms=time_ms, knobs=knobs, schedule=sch,
+                              records=len(db.get_all_tuning_records()), database=db, correct=True,
+                              rejected=finalists_.rejected, trials=trial_log.trials, confirmed=confirmed)
+
+
+@dataclass
+class _Finalists:
+    """A search's fastest correct records, one per config, built once: (config, knobs, schedule, kernel)."""
+
+    kernels: list
+    records_ms: list[float]
+    rejected: list[tuple[CPUConfig, str]]
+
+    def confirm(self, rounds: int) -> tuple[int, float, dict]:
+        """(index of the pick, its time in ms, {config: re-timed ms per round}): the finalists timed side
+        by side in `rounds` rounds, the order rotated, the lowest median kept. One finalist or no rounds:
+        the fastest record, at its recorded time."""
+        if rounds < 1 or len(self.kernels) < 2:
+            return 0, self.records_ms[0], {}
+        samples: list[list[float]] = [[] for _ in self.kernels]
+        order = list(range(len(self.kernels)))
+        for r in range(rounds):
+            for n in order[r % len(order):] + order[:r % len(order)]:
+                samples[n].append(self.kernels[n][3].time_ms())
+        medians = [float(np.median(x)) for x in samples]
+        pick = int(np.argmin(medians))
+        return pick, medians[pick], {k[0]: x for k, x in zip(self.kernels, samples)}
+
+
+def _finalists(op, mod, records, matrix, feat, target, variant_list, count: int) -> _Finalists:
+    """The `count` fastest records of distinct configs whose output matches scipy, fastest first;
+    a record with a wrong output is rejected (and the next one taken)."""
+    kernels, records_ms, rejected, seen = [], [], [], set()
     for record in records:
-        sch = tvm.s_tir.Schedule(mod)
-        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        if len(kernels) >= count:
+            break
         knobs = knobs_from_trace(record.trace)
         config = config_from_knobs(knobs, variant_list)
-        if not schedule_is_correct(op, sch.mod, matrix, feat, tvm_target):
+        if config in seen:
+            continue
+        seen.add(config)
+        sch = tvm.s_tir.Schedule(mod)
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        kernel = BuiltKernel(op, sch.mod, matrix, feat, target)
+        if not kernel.correct():
             rejected.append((config, WRONG_OUTPUT))
             log.warning("MetaSchedule record %s rejected: %s", config.to_json(), WRONG_OUTPUT)
             continue
-        time_ms = 1e3 * float(np.mean([float(s) for s in record.run_secs]))
-        return MetaScheduleResult(config=config, time_ms=time_ms, knobs=knobs, schedule=sch,
-                                  records=len(db.get_all_tuning_records()), database=db, correct=True,
-                                  rejected=rejected)
-    raise RuntimeError(f"none of the {len(records)} MetaSchedule records computes the right output "
-                       f"(see the logs in {work_dir})")
+        kernels.append((config, knobs, sch, kernel))
+        records_ms.append(1e3 * float(np.mean([float(s) for s in record.run_secs])))
+    return _Finalists(kernels, records_ms, rejected)
 
 
 def space_coverage(op: str | Op, feat: int) -> dict:
