@@ -122,7 +122,7 @@ def retime_configs(views: list[dict], matrices, *, op, feat, threads, rounds: in
     once per matrix, checked against scipy, then timed in rounds, the order rotated each round (so no
     config always runs first while the machine drifts). Resumes per matrix from `path`."""
     from cognate_tvm.kernels.cpu import cpu_target
-    from cognate_tvm.metaschedule import BuiltKernel, schedule_config
+    from cognate_tvm.metaschedule import BuiltKernel, schedule_config, time_side_by_side
 
     space = create_space("cpu", op)
     pool = sorted({c for v in views for c in v.get("finalists") or [v["config"]] if c})
@@ -147,9 +147,7 @@ def retime_configs(views: list[dict], matrices, *, op, feat, threads, rounds: in
             except Exception as exc:  # a failing config is a result
                 errors[config] = f"{type(exc).__name__}: {exc}"
         ready = list(kernels)
-        for n in range(rounds):
-            for config in ready[n % len(ready):] + ready[:n % len(ready)] if ready else []:
-                samples[config].append(kernels[config].time_ms())
+        samples.update(zip(ready, time_side_by_side([kernels[c] for c in ready], rounds)))
         with path.open("a") as f:
             for config in todo:
                 median = float(np.median(samples[config])) if samples[config] else None

@@ -517,10 +517,12 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
         score("zero_shot", params.seeds[0], copy.deepcopy(cpu_model), 0.0, time.perf_counter() - start)
     score("oracle", params.seeds[0], OracleRanker(data.test), float("nan"), 0.0)
     start = time.perf_counter()
-    variants = {} if args.ship_only or args.curve_only else {"waco_fa": pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="none",
-                                            knob_encoder="none"),
-                "waco_fm": pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="standard",
-                                            knob_encoder="pad")}
+    variants = {}
+    if not (args.ship_only or args.curve_only):
+        variants["waco_fa"] = pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="none",
+                                               knob_encoder="none")
+        variants["waco_fm"] = pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="standard",
+                                               knob_encoder="pad")
     if ablations:
         variants["abl_reference"] = pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params)
         variants["abl_random_mapping"] = pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params,

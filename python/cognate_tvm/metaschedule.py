@@ -536,7 +536,8 @@ class BuiltKernel:
     checked and it can be timed as often as asked (re-timing rounds reuse one build)."""
 
     def __init__(self, op: str | Op, mod, matrix: sp.csr_matrix, feat: int, target, *, seed: int = 11):
-        self.op, self.matrix, self.feat, self.seed = get_op(op), sp.csr_matrix(matrix, dtype=np.float32), int(feat), seed
+        self.op, self.feat, self.seed = get_op(op), int(feat), seed
+        self.matrix = sp.csr_matrix(matrix, dtype=np.float32)
         self.lib = tvm.tirx.build(mod, target=target)
         self.dev = tvm.cpu()
         self.args = [tvm.runtime.tensor(a, self.dev) for a in _host_inputs(self.op, self.matrix, feat, seed)]
@@ -560,6 +561,17 @@ class BuiltKernel:
         timer = self.lib.time_evaluator("main", self.dev, number=1, repeat=int(repeat),
                                         min_repeat_ms=int(min_repeat_ms))
         return float(np.median(np.asarray(timer(*self.args, out).results)) * 1e3)
+
+
+def time_side_by_side(kernels: Sequence[BuiltKernel], rounds: int) -> list[list[float]]:
+    """Each kernel's time in ms in each of `rounds` rounds that time them all, the order rotated every
+    round (so none always runs first while the machine's speed drifts)."""
+    samples: list[list[float]] = [[] for _ in kernels]
+    order = list(range(len(kernels)))
+    for r in range(rounds):
+        for n in order[r % len(order):] + order[:r % len(order)] if order else []:
+            samples[n].append(kernels[n].time_ms())
+    return samples
 
 
 def run_schedule(op: str | Op, mod, matrix: sp.csr_matrix, feat: int, target, *, seed: int = 11) -> np.ndarray:
@@ -707,15 +719,15 @@ def tune_sparse(op: str | Op, matrix: sp.csr_matrix, *, feat: int = 128, target=
     records = db.get_top_k(workload, len(db.get_all_tuning_records()) or 1)
     if not records:
         raise RuntimeError(f"MetaSchedule produced no successful record (see the logs in {work_dir})")
-    finalists_ = _finalists(op, mod, records, matrix, feat, tvm_target, variant_list, finalists)
-    if not finalists_.kernels:
+    shortlist = _finalists(op, mod, records, matrix, feat, tvm_target, variant_list, finalists)
+    if not shortlist.kernels:
         raise RuntimeError(f"none of the {len(records)} MetaSchedule records computes the right output "
                            f"(see the logs in {work_dir})")
-    pick, time_ms, confirmed = finalists_.confirm(rounds)
-    config, knobs, sch, _ = finalists_.kernels[pick]
+    pick, time_ms, confirmed = shortlist.confirm(rounds)
+    config, knobs, sch, _ = shortlist.kernels[pick]
     return MetaScheduleResult(config=config, time_ms=time_ms, knobs=knobs, schedule=sch,
                               records=len(db.get_all_tuning_records()), database=db, correct=True,
-                              rejected=finalists_.rejected, trials=trial_log.trials, confirmed=confirmed)
+                              rejected=shortlist.rejected, trials=trial_log.trials, confirmed=confirmed)
 
 
 @dataclass
@@ -732,11 +744,7 @@ class _Finalists:
         the fastest record, at its recorded time."""
         if rounds < 1 or len(self.kernels) < 2:
             return 0, self.records_ms[0], {}
-        samples: list[list[float]] = [[] for _ in self.kernels]
-        order = list(range(len(self.kernels)))
-        for r in range(rounds):
-            for n in order[r % len(order):] + order[:r % len(order)]:
-                samples[n].append(self.kernels[n][3].time_ms())
+        samples = time_side_by_side([k[3] for k in self.kernels], rounds)
         medians = [float(np.median(x)) for x in samples]
         pick = int(np.argmin(medians))
         return pick, medians[pick], {k[0]: x for k, x in zip(self.kernels, samples)}
