@@ -152,29 +152,36 @@ def test_tune_eval_spade_oracle(shipped, tmp_path):
 
 def test_metaschedule_compare_at_test_size(shipped, tmp_path):
     out = tmp_path / "ms"
-    _run_benchmark("metaschedule_compare.py", "--matrices", 2, "--trials", 8, "--min-rows", 800, "--max-rows", 800,
-                   "--feat", 32, "--methods", "cognate", "random", "--pretrained-dir", shipped, "--out", out)
-    runs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert [(r["method"], r["trials"]) for r in runs] == [("cognate", 8), ("random", 8)] * 2
-    assert all(r["error"] is None and r["best_ms"] > 0 for r in runs), runs
+    _run_benchmark("metaschedule_compare.py", "--matrices", 2, "--trials", 4, 8, "--min-rows", 800, "--max-rows", 800,
+                   "--feat", 32, "--methods", "cognate", "random", "--finalists", 2, "--retime-rounds", 2,
+                   "--pretrained-dir", shipped, "--out", out, timeout=1200)  # 4 searches: minutes on a loaded machine
+    searches = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    # one search per method and matrix, of the largest trial count, its every measurement logged
+    assert [(r["method"], r["max_trials"]) for r in searches] == [("cognate", 8), ("random", 8)] * 2
+    assert all(r["error"] is None and r["best_ms"] > 0 and len(r["trials_log"]) == 8 for r in searches), searches
     summary = json.loads((out / "summary.json").read_text())
-    best = {name: min(r["best_ms"] for r in runs if r["matrix"] == name) for name in {r["matrix"] for r in runs}}
-    for r, scored in zip(runs, summary["runs"]):
-        assert scored["fraction"] == pytest.approx(best[r["matrix"]] / r["best_ms"])
-    # best fixed: every run's best config re-timed on both matrices, each pick scored within (0, 1]
-    fixed = [json.loads(line) for line in (out / "fixed.jsonl").read_text().splitlines()]
-    pool = {json.dumps(r["config"]) for r in runs}
-    assert len(fixed) == 2 * len({f["config"] for f in fixed}) and len({f["config"] for f in fixed}) <= len(pool)
-    assert all(f["time_ms"] > 0 for f in fixed), fixed
+    views = summary["runs"]
+    assert [(v["method"], v["trials"]) for v in views] == [("cognate", 4), ("cognate", 8), ("random", 4),
+                                                            ("random", 8)] * 2
+    best = {name: min(v["best_ms"] for v in views if v["matrix"] == name) for name in {v["matrix"] for v in views}}
+    for v in views:
+        assert v["fraction"] == pytest.approx(best[v["matrix"]] / v["best_ms"])
+        assert 1 <= len(v["finalists"]) <= 2 and v["config"] == v["finalists"][0]
+    for fewer, more in zip(views[::2], views[1::2]):  # one search's curve: more trials never record worse
+        assert more["best_ms"] <= fewer["best_ms"]
+    # every finalist of every view re-timed on both matrices in 2 rounds, outputs checked
+    retimed = [json.loads(line) for line in (out / "retimed.jsonl").read_text().splitlines()]
+    pool = {c for v in views for c in v["finalists"]}
+    assert {r["config"] for r in retimed} == pool and len(retimed) == 2 * len(pool)
+    assert all(r["error"] is None and len(r["times_ms"]) == 2 and r["time_ms"] > 0 for r in retimed), retimed
+    times = {(r["matrix"], r["config"]): r["time_ms"] for r in retimed}
+    for v in views:
+        own = min(t for (m, _), t in times.items() if m == v["matrix"])
+        assert v["retimed_fraction"] == pytest.approx(own / times[(v["matrix"], v["config"])])
+        assert v["confirmed_fraction"] == pytest.approx(own / min(times[(v["matrix"], c)] for c in v["finalists"]))
     per_matrix = summary["best_fixed"]["per_matrix"]
-    assert len(per_matrix) == 2 and all(0 < v <= 1 for v in per_matrix.values())
-    # every run is also scored on the re-timings: its config's time there against the best there
-    retimed = {(f["matrix"], f["config"]): f["time_ms"] for f in fixed}
-    for r in summary["runs"]:
-        own = [t for (m, _), t in retimed.items() if m == r["matrix"]]
-        key = space.create("cpu", r["op"]).config_from_dict(r["config"]).to_json()
-        assert r["retimed_fraction"] == pytest.approx(min(own) / retimed[(r["matrix"], key)])
-    assert set(summary["retimed_table"]) == {"cognate@8", "random@8"}
+    assert len(per_matrix) == 2 and all(0 < x <= 1 for x in per_matrix.values())
+    assert set(summary["confirmed_table"]) == {"cognate@4", "cognate@8", "random@4", "random@8"}
     text = (out / "summary.md").read_text()
     assert "cognate" in text and "best fixed config" in text and (out / "metaschedule_compare.png").stat().st_size
 
@@ -194,3 +201,68 @@ def test_metaschedule_best_fixed_leave_one_out():
     # m0: on m1 and m2, c is best (1, 1) but failed on m0 -> 0; m1: c failed on m0, b (1, 0.5) beats a (0.25, 1/3)
     # -> 1 / 2; m2: b (0.5, 0.25) vs a (1, 0.25): a -> 1 / 3
     assert bench.best_fixed_leave_one_out(times) == pytest.approx({"m0": 0.0, "m1": 0.5, "m2": 1 / 3})
+
+
+def _ms_search(log, rejected=()):
+    return {"matrix": "m", "method": "cognate", "max_trials": len(log), "trials_log": log,
+            "rejected": list(rejected), "error": None}
+
+
+def test_metaschedule_compare_curve_is_the_best_of_the_first_t_measurements():
+    bench = _load_benchmark("metaschedule_compare.py")
+    log = [["a", 3.0], ["b", None], ["c", 2.0], ["d", 0.5], ["e", 1.0], ["f", 0.1]]
+    row = _ms_search(log, rejected=["f"])
+    assert bench.at_trials(row, 1)["config"] == "a" and bench.at_trials(row, 1)["best_ms"] == 3.0
+    assert bench.at_trials(row, 2)["config"] == "a"          # a failed measurement is no best
+    assert bench.at_trials(row, 3)["config"] == "c"
+    assert bench.at_trials(row, 6)["config"] == "d"          # "f" was faster, but its output was wrong
+    assert bench.at_trials(_ms_search([["a", None]]), 1)["config"] is None
+    # finalists: the fastest distinct configs by their best record
+    assert bench.at_trials(row, 6, finalists=3)["finalists"] == ["d", "e", "c"]
+    assert bench.at_trials(_ms_search([["a", 2.0], ["b", 3.0], ["a", 1.0]]), 3, finalists=2)["finalists"] == ["a", "b"]
+    # a search's curve never gets worse with more trials
+    times = [bench.at_trials(row, t)["best_ms"] for t in range(1, 7)]
+    assert times == sorted(times, reverse=True)
+
+
+def test_metaschedule_compare_scores_record_retimed_and_confirmed_picks():
+    bench = _load_benchmark("metaschedule_compare.py")
+    views = [{"matrix": "m", "method": "cognate", "trials": 8, "best_ms": 2.0, "config": "a", "finalists": ["a"]},
+             {"matrix": "m", "method": "xgb", "trials": 8, "best_ms": 1.0, "config": "b", "finalists": ["b", "a"]},
+             {"matrix": "m", "method": "cognate", "trials": 16, "best_ms": 1.0, "config": "b",
+              "finalists": ["b", "c"]},
+             {"matrix": "m", "method": "xgb", "trials": 16, "best_ms": None, "config": None, "finalists": []}]
+    times = {"m": {"a": 4.0, "b": 2.0, "c": 1.0}}
+    bench.add_retimed(views, times)
+    # the record's pick re-timed, and the best of the finalists re-timed
+    assert [v["retimed_ms"] for v in views] == [4.0, 2.0, 2.0, None]
+    assert [v["confirmed_config"] for v in views] == ["a", "b", "c", None]
+    summary = bench.summarize(views, ["cognate", "xgb"], [8, 16])
+    assert summary["table"]["cognate@8"]["geomean_fraction"] == pytest.approx(0.5)
+    assert summary["table"]["cognate@16"]["geomean_fraction"] == pytest.approx(1.0)
+    assert summary["table"]["xgb@16"]["failed"] == 1
+    assert summary["retimed_table"]["cognate@8"]["geomean_fraction"] == pytest.approx(0.25)
+    assert summary["retimed_table"]["cognate@16"]["geomean_fraction"] == pytest.approx(0.5)
+    assert summary["confirmed_table"]["cognate@16"]["geomean_fraction"] == pytest.approx(1.0)
+    assert summary["trials_to_goal"] == {"cognate": 16, "xgb": 8}
+    assert "re-timed" in bench.markdown(summary, ["cognate", "xgb"], [8, 16])
+
+
+def test_metaschedule_compare_retimes_every_pick_in_rounds_and_resumes(tmp_path):
+    bench = _load_benchmark("metaschedule_compare.py")
+    from cognate_tvm import metaschedule as msc
+
+    variant_list = msc.variants("spmm", 16)  # two points MetaSchedule's space reaches at N = 16
+    configs = [msc.config_from_knobs({"variant": i, "i_tile": 8, "j_tile": msc.j_tiles(variant_list[i], 16)[0]},
+                                     variant_list).to_json() for i in (0, 1)]
+    views = [{"matrix": "banded", "config": c} for c in configs]
+    matrices = [("banded", generate("banded", 300, seed=3))]
+    path = tmp_path / "retimed.jsonl"
+    times = bench.retime_configs(views, matrices, op="spmm", feat=16, threads=1, rounds=3, path=path)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {r["config"] for r in lines} == set(configs)
+    for r in lines:
+        assert r["error"] is None and len(r["times_ms"]) == 3 and r["time_ms"] > 0
+        assert times["banded"][r["config"]] == pytest.approx(sorted(r["times_ms"])[1])  # the median
+    again = bench.retime_configs(views, matrices, op="spmm", feat=16, threads=1, rounds=3, path=path)
+    assert again == times and len(path.read_text().splitlines()) == 2  # nothing re-timed
