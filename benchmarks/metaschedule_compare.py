@@ -11,14 +11,16 @@ trial count is read from the search's measurements in the order it made them
 (batches of 8: a search's first 8 trials are what an 8-trial search of the same
 seed measures), so every method's curve is one search, as a tuner's user sees it.
 
-Two scores per (method, trials), geomeans over matrices:
+Three scores per (method, trials), geomeans over matrices:
 - record: the search's own record of its best, against the best any search recorded
   on that matrix;
-- re-timed: every best config of every search (at every trial count) is built once per
-  matrix, its output checked against scipy, and timed in `--retime-rounds` (5) rounds
-  with the order rotated each round; its median over rounds, against the best median of
-  that matrix. Searches run minutes apart on a noisy machine record the same config with
-  up to 1.8x drift; the rounds time all picks side by side.
+- re-timed: each search's `--finalists` (4) fastest records at every trial count are
+  built once per matrix, their outputs checked against scipy, and timed in
+  `--retime-rounds` (5) rounds with the order rotated each round; the record's pick at
+  its median over rounds, against the best median of that matrix;
+- confirmed: the fastest finalist's median, the same way (what `tune_sparse` returns:
+  it re-times its own finalists). Searches run minutes apart on a noisy machine record
+  the same config with up to 1.8x drift; the rounds time all picks side by side.
 Beside them, the best fixed config, leave one out: on each matrix, the re-timed config
 with the best geomean on the other matrices (a pick that fails here scores 0 and counts
 as failed). Goal (the issue's): CognateModel reaches 0.95 within 8 trials, where
