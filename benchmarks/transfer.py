@@ -476,8 +476,9 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
     for n in (*params.nt_sizes, *params.ks):
         if n > len(data.pool):
             raise ValueError(f"{n} target training matrices asked, the pool has {len(data.pool)}")
+    # the rows built on the CPU data (WACO+FA/FM, XGBoost); the curve's rows use the CPU model only
+    cpu_baselines = not (args.ship_only or args.curve_only)
     start = time.perf_counter()
-    # the curve's rows use the CPU model only; its CPU data feeds the re-pre-trained variants and XGBoost
     if args.curve_only and args.cpu_model != "pretrain":
         cpu_train, cpu_val, cpu_info = [], [], {"path": None, "corpus": None, "matrices": 0, "measurements": 0}
     else:
@@ -518,7 +519,7 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
     score("oracle", params.seeds[0], OracleRanker(data.test), float("nan"), 0.0)
     start = time.perf_counter()
     variants = {}
-    if not (args.ship_only or args.curve_only):
+    if cpu_baselines:
         variants["waco_fa"] = pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="none",
                                                knob_encoder="none")
         variants["waco_fm"] = pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="standard",
@@ -535,7 +536,7 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
     for model in variants.values():
         model.encoder_for(spade)
         warm_embeddings(model, [*data.val, *data.test])
-    if main and not args.curve_only:
+    if main and cpu_baselines:
         xgb_source = baselines.create("xgboost", seed=0, xgb_options={"num_threads": params.threads})
         xgb_source.fit(cpu_train, space=cpu)
     timings["source_variants"] = time.perf_counter() - start
@@ -578,7 +579,7 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
             start = time.perf_counter()
             model, recipe = train_no_transfer(nt_base, pool[:n], data.val, spade, params, seed)
             score(f"nt{n}", seed, model, samples(pool[:n]) + n_val, time.perf_counter() - start + shared, recipe)
-        if not args.curve_only:
+        if cpu_baselines:
             start = time.perf_counter()
             model, recipe = xgboost_on_validation(xgb_source, five, data.val, spade, params)
             score("xgboost", seed, model, samples(five) + n_val, time.perf_counter() - start, recipe)

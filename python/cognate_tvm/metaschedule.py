@@ -349,6 +349,11 @@ def sparse_space(op: str | Op, feat: int, workers: int) -> ms.space_generator.Sc
 
 # -- the cost model adapter --------------------------------------------------------------
 
+def record_ms(run_secs) -> float:
+    """A MetaSchedule measurement's time in ms: the mean of its repeats (`run_secs`, TVM floats)."""
+    return 1e3 * float(np.mean([float(s) for s in run_secs]))
+
+
 # added to the model's score (lower = faster) of a config that `Space.candidates` leaves out at the
 # workload's thread count: far above any score's spread, so such configs rank after every candidate
 OUTSIDE_CANDIDATES = 1e3
@@ -448,8 +453,7 @@ class CognateModel(ms.cost_model.PyCostModel):
             if result.error_msg is not None or not result.run_secs:
                 log.info("skipping failed run of %s: %s", config.to_json(), result.error_msg)
                 continue
-            secs = [float(s) for s in result.run_secs]
-            self.records.append((config, 1e3 * float(np.mean(secs))))
+            self.records.append((config, record_ms(result.run_secs)))
             self.pending += 1
         if self.finetune_after and self.pending >= self.finetune_after:
             self._finetune()
@@ -604,7 +608,7 @@ class TrialLog(ms.measure_callback.PyMeasureCallback):
         for candidate, built, ran in zip(measure_candidates, builder_results, runner_results):
             config = config_from_knobs(knobs_from_trace(candidate.sch.trace), self.variant_list)
             ok = built.error_msg is None and ran.error_msg is None and ran.run_secs
-            self.trials.append((config, 1e3 * float(np.mean([float(s) for s in ran.run_secs])) if ok else None))
+            self.trials.append((config, record_ms(ran.run_secs) if ok else None))
 
 
 @contextlib.contextmanager
@@ -770,7 +774,7 @@ def _finalists(op, mod, records, matrix, feat, target, variant_list, count: int)
             log.warning("MetaSchedule record %s rejected: %s", config.to_json(), WRONG_OUTPUT)
             continue
         kernels.append((config, knobs, sch, kernel))
-        records_ms.append(1e3 * float(np.mean([float(s) for s in record.run_secs])))
+        records_ms.append(record_ms(record.run_secs))
     return _Finalists(kernels, records_ms, rejected)
 
 
