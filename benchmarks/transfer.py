@@ -111,6 +111,10 @@ class Params:
     # "top1_fraction". Pair accuracy: over 5 validation matrices it averages ~25k pairs, top-1 only
     # 5 picks, too few to choose among 9 recipes x up to 150 epochs.
     select_metric: str = "pair_accuracy"
+    # after validation has chosen a recipe and its epoch, train that recipe again on the fine-tune and
+    # validation matrices together: every learned method already counts the validation samples as target
+    # samples, and with 5 fine-tune matrices the matrices seen decide more than the recipe (run H)
+    refit: bool = False
     # the recipe grids of run G (docs/transfer.md): run E's (60 epochs, lrs 1e-4..2e-3; NT 40 epochs,
     # 1e-3/3e-3) had validation choose the largest lr and last epochs in nearly every fit
     finetune_epochs: int = 150
@@ -380,7 +384,17 @@ def finetune_on_validation(base: CognateCostModel, finetune: Sequence[Group], va
         if better(metrics, best, params.select_metric):
             best = (model, recipe)
     model, recipe = best
-    return model, {**recipe, "grid": tried}
+    if params.refit and epochs_trained(recipe):
+        model = reinitialized(base, seed) if recipe["head_reinitialized"] else copy.deepcopy(base)
+        model.seed = seed
+        model.finetune([*finetune, *val], space=spade, freeze=tuple(recipe["freeze"]),
+                       epochs=epochs_trained(recipe), lr=recipe["lr"])
+    return model, {**recipe, "refit": params.refit, "grid": tried}
+
+
+def epochs_trained(recipe: dict) -> int:
+    """Epochs up to and including the one validation kept (0: no training chosen)."""
+    return 0 if recipe.get("epoch_kept") is None else int(recipe["epoch_kept"]) + 1
 
 
 def train_no_transfer(nt_base: CognateCostModel, groups: Sequence[Group], val: Sequence[Group], spade,
@@ -398,7 +412,13 @@ def train_no_transfer(nt_base: CognateCostModel, groups: Sequence[Group], val: S
         tried.append(recipe)
         if better(metrics, best, params.select_metric):
             best = (model, recipe)
-    return best[0], {**best[1], "grid": tried}
+    model, recipe = best
+    if params.refit and epochs_trained(recipe):
+        model = copy.deepcopy(nt_base)
+        model.seed = seed
+        model.config = model.config.replace(**{"train.lr": recipe["lr"]})
+        model.fit([*groups, *val], space=spade, epochs=epochs_trained(recipe))
+    return model, {**recipe, "refit": params.refit, "grid": tried}
 
 
 def xgboost_on_validation(source_model, finetune, val, spade, params: Params) -> tuple[RankingModel, dict]:
@@ -412,7 +432,12 @@ def xgboost_on_validation(source_model, finetune, val, spade, params: Params) ->
         tried.append({"rounds": rounds, "val": metrics})
         if better(metrics, best, params.select_metric):
             best = (model, tried[-1])
-    return best[0], {**best[1], "grid": tried}
+    model, recipe = best
+    if params.refit and recipe["rounds"]:
+        model = copy.deepcopy(source_model)
+        model.finetune_rounds = recipe["rounds"]
+        model.finetune([*finetune, *val], space=spade)
+    return model, {**recipe, "refit": params.refit, "grid": tried}
 
 
 def pretrain_variant(cpu_model: CognateCostModel, cpu_train, cpu_val, cpu_space, params: Params,
@@ -583,8 +608,9 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
             start = time.perf_counter()
             model, recipe = xgboost_on_validation(xgb_source, five, data.val, spade, params)
             score("xgboost", seed, model, samples(five) + n_val, time.perf_counter() - start, recipe)
-        fixed = baselines.create("best_fixed").finetune(five, space=spade)
-        score("best_fixed", seed, fixed, samples(five), 0.0, {"config": fixed.best()})
+        fixed_on = [*five, *data.val] if params.refit else five
+        fixed = baselines.create("best_fixed").finetune(fixed_on, space=spade)
+        score("best_fixed", seed, fixed, samples(fixed_on), 0.0, {"config": fixed.best()})
         score("random", seed, baselines.create("random", seed=seed), 0.0, 0.0)
     timings["total"] = time.perf_counter() - tick
 
@@ -647,7 +673,7 @@ def ship(op: str, candidate, result: dict, params: Params, args, test_groups: Se
   ({info['validation_samples']} samples); it chose the recipe: frozen {', '.join(recipe['freeze']) or 'nothing'},
   head {'re-initialized' if recipe.get('head_reinitialized') else 'pre-trained'},
   lr {recipe['lr']}, epoch {recipe['epoch_kept']} of {recipe['epochs_max']} (best validation
-  {info['select_metric'].replace('_', ' ')}).
+  {info['select_metric'].replace('_', ' ')}){"; then trained again with that recipe and epoch on the fine-tune and validation matrices together (`--refit`)" if recipe.get('refit') else ""}.
 - Target samples used: {test_row['target_samples']:.0f} (fine-tune + validation).
 - Test: {len(info['test_matrices'])} other matrices of the evaluation corpus, all 256 configs each; oracle / baseline
   config {info['headroom']['test_oracle_over_baseline']:.3f}x, best fixed config in hindsight / oracle
@@ -706,7 +732,7 @@ def recipe_text(recipe: dict) -> str:
         return "no fine-tuning"
     head = "head re-initialized" if recipe.get("head_reinitialized") else "pre-trained head"
     return (f"{head}, frozen {', '.join(recipe['freeze']) or 'nothing'}, lr {recipe['lr']}, "
-            f"epoch {recipe['epoch_kept']}")
+            f"epoch {recipe['epoch_kept']}" + (", refit" if recipe.get("refit") else ""))
 
 
 def write_markdown(op: str, result: dict, params: Params, path: Path, command: str) -> str:
@@ -725,7 +751,10 @@ def write_markdown(op: str, result: dict, params: Params, path: Path, command: s
              f"Target training matrices: seeded draws ({params.finetune_draw}) from a pool of "
              f"{info['pool_matrices']} matrices of "
              f"`{params.pool_corpus}` ({params.pool_min_rows}-{params.pool_max_rows} rows) x {params.pool_configs} "
-             f"configs + baseline. CPU model: {info['cpu_model']['source']}; CPU data for the re-pre-trained "
+             f"configs + baseline. "
+             + ("Refit: each chosen recipe trained again, to its chosen epoch, on the target training and "
+                "validation matrices together (best fixed: chosen on both). " if params.refit else "")
+             + f"CPU model: {info['cpu_model']['source']}; CPU data for the re-pre-trained "
              + (f"variants: {info['cpu_data']['matrices']} matrices ({info['cpu_data']['corpus']})."
                 if info['cpu_data']['matrices'] else "variants: none loaded (--curve-only)."),
              f"Seeds {list(params.seeds)}: mean ± std over seeds. top-k measures the k best-scored configs and "
@@ -856,6 +885,10 @@ def parse_args(argv):
     parser.add_argument("--curve-only", action="store_true",
                         help="only the data-efficiency rows (TLk, NTn) and the free ones (zero-shot, best fixed, "
                              "random-k, oracle): no CPU data is loaded (writes transfer_<op>_curve.*)")
+    parser.add_argument("--refit", action="store_true",
+                        help="after validation chooses each recipe and epoch, train it again on the fine-tune and "
+                             "validation matrices together (the samples every learned method counts already); "
+                             "best fixed is chosen on both too")
     parser.add_argument("--ablations", action="store_true", help="add the ablation rows")
     parser.add_argument("--ablations-only", action="store_true",
                         help="only TL5 and the ablation rows (writes transfer_<op>_ablations.*)")
@@ -882,6 +915,8 @@ def parse_args(argv):
         changes["select_metric"] = args.select_metric
     if args.finetune_draw:
         changes["finetune_draw"] = args.finetune_draw
+    if args.refit:
+        changes["refit"] = True
     grid = {"finetune_epochs": args.finetune_epochs, "lrs": args.lrs, "reinit_lrs": args.reinit_lrs,
             "nt_epochs": args.nt_epochs, "nt_lrs": args.nt_lrs}
     changes.update({name: tuple(value) if isinstance(value, list) else value

@@ -218,3 +218,47 @@ def test_size_options_and_curve_only(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="k = 5"):
         bench.main(["--size", "test", "--ops", "spmm", "--out", str(out), "--curve-only", "--ks", "3", "8",
                     "--no-progress", "--threads", "1"])
+
+
+def test_refit_trains_the_chosen_recipe_on_finetune_and_validation(tmp_path, monkeypatch):
+    """--refit: validation still chooses each recipe and epoch; the returned model is that recipe trained
+    again, to the chosen epoch, on the fine-tune and validation matrices together (no early stopping left)."""
+    from cognate_tvm.model.cognate import CognateCostModel
+
+    bench = _load_benchmark(monkeypatch)
+    assert bench.parse_args(["--size", "full"])[0].refit is False
+    assert bench.parse_args(["--size", "full", "--refit"])[0].refit is True
+    calls = []
+    for name in ("fit", "finetune"):
+        original = getattr(CognateCostModel, name)
+
+        def spy(self, groups, *, _original=original, _name=name, **kwargs):
+            calls.append((_name, [g.name for g in groups], kwargs.get("val_groups"), kwargs.get("epochs")))
+            return _original(self, groups, **kwargs)
+
+        monkeypatch.setattr(CognateCostModel, name, spy)
+    # a grid whose only recipes train, so that validation must pick an epoch and the refit must run
+    monkeypatch.setitem(bench.SIZES, "test", bench.dataclasses.replace(bench.SIZES["test"], reinit_lrs=()))
+    out = tmp_path / "out"
+    assert bench.main(["--size", "test", "--ops", "spmm", "--out", str(out), "--curve-only", "--ks", "5",
+                       "--nt-sizes", "5", "--refit", "--no-progress", "--threads", "1"]) == 0
+    result = json.loads((out / "transfer_spmm_curve.json").read_text())
+    validation = set(result["info"]["validation_matrices"])
+    for method, call in (("tl5", "finetune"), ("nt5", "fit")):
+        recipe = result["recipes"][method]["0"]
+        assert recipe["refit"] is True
+        refits = [c for c in calls if c[0] == call and c[2] is None]
+        if method == "tl5" and not recipe["epochs_max"]:
+            assert not refits  # validation chose no fine-tuning: nothing to train again
+            continue
+        assert len(refits) == 1 and validation <= set(refits[0][1]), method
+        assert refits[0][3] == recipe["epoch_kept"] + 1, method
+    tl5 = result["recipes"]["tl5"]["0"]
+    if tl5["epochs_max"]:
+        refit = next(c for c in calls if c[0] == "finetune" and c[2] is None)
+        assert set(refit[1]) == validation | set(tl5["finetune_matrices"])
+    # the choices were made with validation held out
+    assert all(not (validation & set(c[1])) for c in calls if c[2] is not None)
+    summary = result["summary"]
+    assert summary["best_fixed"]["target_samples"] == summary["tl5"]["target_samples"]
+    assert "Refit:" in (out / "transfer_spmm_curve.md").read_text()
