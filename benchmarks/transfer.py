@@ -503,8 +503,9 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
             raise ValueError(f"{n} target training matrices asked, the pool has {len(data.pool)}")
     # the rows built on the CPU data (WACO+FA/FM, XGBoost); the curve's rows use the CPU model only
     cpu_baselines = not (args.ship_only or args.curve_only)
+    ablations = (args.ablations or args.ablations_only) and not args.ship_only
     start = time.perf_counter()
-    if args.curve_only and args.cpu_model != "pretrain":
+    if not (cpu_baselines or ablations or args.cpu_model == "pretrain"):
         cpu_train, cpu_val, cpu_info = [], [], {"path": None, "corpus": None, "matrices": 0, "measurements": 0}
     else:
         cpu_train, cpu_val, cpu_info = cpu_source(op, params, args, out, progress=progress)
@@ -536,7 +537,6 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
 
     n_val = samples(data.val)
     main = not (args.ablations_only or args.ship_only)
-    ablations = (args.ablations or args.ablations_only) and not args.ship_only
     # one-off models: zero-shot, oracle, WACO variants and XGBoost pre-trained on the CPU data
     if main:
         start = time.perf_counter()
@@ -756,7 +756,7 @@ def write_markdown(op: str, result: dict, params: Params, path: Path, command: s
                 "validation matrices together (best fixed: chosen on both). " if params.refit else "")
              + f"CPU model: {info['cpu_model']['source']}; CPU data for the re-pre-trained "
              + (f"variants: {info['cpu_data']['matrices']} matrices ({info['cpu_data']['corpus']})."
-                if info['cpu_data']['matrices'] else "variants: none loaded (--curve-only)."),
+                if info['cpu_data']['matrices'] else "variants: none loaded (none of this run's rows needs them)."),
              f"Seeds {list(params.seeds)}: mean ± std over seeds. top-k measures the k best-scored configs and "
              f"keeps the fastest; speedups are geomeans over the baseline config; APE = mean % slowdown of the "
              f"top-1 pick vs the oracle.", ""]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -214,7 +215,7 @@ def test_size_options_and_curve_only(tmp_path, monkeypatch):
                                       "random"}
     assert result["summary"]["tl8"]["target_samples"] > result["summary"]["tl5"]["target_samples"]
     assert (out / "transfer_spmm_curve_efficiency.png").stat().st_size > 0
-    assert "none loaded (--curve-only)" in (out / "transfer_spmm_curve.md").read_text()
+    assert "none loaded (none of this run's rows needs them)" in (out / "transfer_spmm_curve.md").read_text()
     with pytest.raises(ValueError, match="k = 5"):
         bench.main(["--size", "test", "--ops", "spmm", "--out", str(out), "--curve-only", "--ks", "3", "8",
                     "--no-progress", "--threads", "1"])
@@ -262,3 +263,23 @@ def test_refit_trains_the_chosen_recipe_on_finetune_and_validation(tmp_path, mon
     summary = result["summary"]
     assert summary["best_fixed"]["target_samples"] == summary["tl5"]["target_samples"]
     assert "Refit:" in (out / "transfer_spmm_curve.md").read_text()
+
+
+def test_ship_only_with_refit_loads_no_cpu_data(tmp_path, monkeypatch):
+    """--ship-only builds TL5 of the first seed from the CPU model alone; with --refit the shipped model is
+    the refit one, its card says so, and the package root gets a loadable model."""
+    from cognate_tvm.model.pretrained import CARD_FILE, load_pretrained
+
+    bench = _load_benchmark(monkeypatch)
+    monkeypatch.setattr(bench, "cpu_source", lambda *a, **k: pytest.fail("--ship-only loaded CPU data"))
+    out, root = tmp_path / "out", tmp_path / "pretrained"
+    shutil.copytree(Path(bench.PRETRAINED_DIR) / "spmm-cpu", root / "spmm-cpu")  # the CPU source, as shipped
+    assert bench.main(["--size", "test", "--ops", "spmm", "--out", str(out), "--ship-only", "--ship", "--refit",
+                       "--pretrained-root", str(root), "--no-progress", "--threads", "1"]) == 0
+    result = json.loads((out / "transfer_spmm_ship.json").read_text())
+    assert set(result["summary"]) == {"oracle", "tl5"}
+    recipe = result["shipped"]["recipe"]
+    assert recipe["refit"] is True
+    card = (root / "spmm-spade" / CARD_FILE).read_text()
+    assert ("fine-tune and validation matrices together" in card) == bool(recipe["epochs_max"])
+    assert load_pretrained("spmm", "spade", root=root) is not None
