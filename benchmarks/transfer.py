@@ -482,7 +482,8 @@ def load_cpu_model(op: str, args, cpu_train, cpu_val, params: Params) -> tuple[C
         model = CognateCostModel(config, seed=0).fit(cpu_train, space=create_space("cpu", op), val_groups=cpu_val)
         return model, {"source": "pre-trained by this run", "epochs": params.pretrain_epochs}
     path = Path(str(args.cpu_model).format(op=op))
-    return CognateCostModel.load(path), {"source": "directory", "path": str(path)}
+    return CognateCostModel.load(path), {"source": "directory", "path": str(path),
+                                         "weights_sha1": hashlib.sha1((path / "model.pt").read_bytes()).hexdigest()}
 
 
 def run_op(op: str, params: Params, args, out: Path) -> dict:
