@@ -197,8 +197,22 @@ def test_sizes_are_consistent(monkeypatch):
 
 def test_size_options_and_curve_only(tmp_path, monkeypatch):
     """--ks / --nt-sizes set the curve's points (explicit NT sizes win over the pool cap); --curve-only
-    runs TLk, NTn and the free rows, loads no CPU data, and writes transfer_<op>_curve.*."""
+    runs TLk, NTn and the free rows, loads no CPU data, and writes transfer_<op>_curve.*. With --refit,
+    validation still chooses each recipe and epoch (validation held out), and the model returned is that
+    recipe trained again, to the chosen epoch, on the fine-tune and validation matrices together."""
+    from cognate_tvm.model.cognate import CognateCostModel
+
     bench = _load_benchmark(monkeypatch)
+    assert bench.parse_args(["--size", "full"])[0].refit is False
+    calls = []  # (method, matrices, val_groups, epochs) of every training call
+    for name in ("fit", "finetune"):
+        original = getattr(CognateCostModel, name)
+
+        def spy(self, groups, *, _original=original, _name=name, **kwargs):
+            calls.append((_name, {g.name for g in groups}, kwargs.get("val_groups"), kwargs.get("epochs")))
+            return _original(self, groups, **kwargs)
+
+        monkeypatch.setattr(CognateCostModel, name, spy)
     params, _ = bench.parse_args(["--size", "full", "--pool-matrices", "100", "--ks", "100", "5", "20",
                                   "--nt-sizes", "20", "5", "100"])
     assert params.ks == (5, 20, 100) and params.nt_sizes == (5, 20, 100)
@@ -207,10 +221,23 @@ def test_size_options_and_curve_only(tmp_path, monkeypatch):
             bench.parse_args(["--size", "full", *bad])
     out = tmp_path / "out"
     argv = ["--size", "test", "--ops", "spmm", "--out", str(out), "--curve-only", "--ks", "3", "5", "8",
-            "--nt-sizes", "5", "8", "--no-progress", "--threads", "1"]
+            "--nt-sizes", "5", "8", "--no-progress", "--threads", "1", "--refit"]
     monkeypatch.setattr(bench, "cpu_source", lambda *a, **k: pytest.fail("--curve-only loaded CPU data"))
     assert bench.main(argv) == 0
     result = json.loads((out / "transfer_spmm_curve.json").read_text())
+    validation = set(result["info"]["validation_matrices"])
+    assert all(not (validation & c[1]) for c in calls if c[2] is not None)  # choices made with validation held out
+    refits = [c for c in calls if c[2] is None and validation <= c[1]]
+    for method, recipe in ((m, r["0"]) for m, r in result["recipes"].items() if m[:2] in ("tl", "nt")):
+        assert recipe["refit"] is True, method
+        if recipe["epochs_max"] == 0:
+            continue  # validation chose no fine-tuning: nothing to train again
+        matrices = validation | set(recipe.get("finetune_matrices", ()))
+        match = [c for c in refits if c[0] == ("finetune" if method.startswith("tl") else "fit")
+                 and matrices <= c[1] and c[3] == recipe["epoch_kept"] + 1]
+        assert match, f"{method}: no refit on its matrices and validation to epoch {recipe['epoch_kept'] + 1}"
+    assert result["summary"]["best_fixed"]["target_samples"] == result["summary"]["tl5"]["target_samples"]
+    assert "Refit:" in (out / "transfer_spmm_curve.md").read_text()
     assert set(result["summary"]) == {"zero_shot", "oracle", "tl3", "tl5", "tl8", "nt5", "nt8", "best_fixed",
                                       "random"}
     assert result["summary"]["tl8"]["target_samples"] > result["summary"]["tl5"]["target_samples"]
@@ -219,50 +246,6 @@ def test_size_options_and_curve_only(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="k = 5"):
         bench.main(["--size", "test", "--ops", "spmm", "--out", str(out), "--curve-only", "--ks", "3", "8",
                     "--no-progress", "--threads", "1"])
-
-
-def test_refit_trains_the_chosen_recipe_on_finetune_and_validation(tmp_path, monkeypatch):
-    """--refit: validation still chooses each recipe and epoch; the returned model is that recipe trained
-    again, to the chosen epoch, on the fine-tune and validation matrices together (no early stopping left)."""
-    from cognate_tvm.model.cognate import CognateCostModel
-
-    bench = _load_benchmark(monkeypatch)
-    assert bench.parse_args(["--size", "full"])[0].refit is False
-    assert bench.parse_args(["--size", "full", "--refit"])[0].refit is True
-    calls = []
-    for name in ("fit", "finetune"):
-        original = getattr(CognateCostModel, name)
-
-        def spy(self, groups, *, _original=original, _name=name, **kwargs):
-            calls.append((_name, [g.name for g in groups], kwargs.get("val_groups"), kwargs.get("epochs")))
-            return _original(self, groups, **kwargs)
-
-        monkeypatch.setattr(CognateCostModel, name, spy)
-    # a grid whose only recipes train, so that validation must pick an epoch and the refit must run
-    monkeypatch.setitem(bench.SIZES, "test", bench.dataclasses.replace(bench.SIZES["test"], reinit_lrs=()))
-    out = tmp_path / "out"
-    assert bench.main(["--size", "test", "--ops", "spmm", "--out", str(out), "--curve-only", "--ks", "5",
-                       "--nt-sizes", "5", "--refit", "--no-progress", "--threads", "1"]) == 0
-    result = json.loads((out / "transfer_spmm_curve.json").read_text())
-    validation = set(result["info"]["validation_matrices"])
-    for method, call in (("tl5", "finetune"), ("nt5", "fit")):
-        recipe = result["recipes"][method]["0"]
-        assert recipe["refit"] is True
-        refits = [c for c in calls if c[0] == call and c[2] is None]
-        if method == "tl5" and not recipe["epochs_max"]:
-            assert not refits  # validation chose no fine-tuning: nothing to train again
-            continue
-        assert len(refits) == 1 and validation <= set(refits[0][1]), method
-        assert refits[0][3] == recipe["epoch_kept"] + 1, method
-    tl5 = result["recipes"]["tl5"]["0"]
-    if tl5["epochs_max"]:
-        refit = next(c for c in calls if c[0] == "finetune" and c[2] is None)
-        assert set(refit[1]) == validation | set(tl5["finetune_matrices"])
-    # the choices were made with validation held out
-    assert all(not (validation & set(c[1])) for c in calls if c[2] is not None)
-    summary = result["summary"]
-    assert summary["best_fixed"]["target_samples"] == summary["tl5"]["target_samples"]
-    assert "Refit:" in (out / "transfer_spmm_curve.md").read_text()
 
 
 def test_ship_only_with_refit_loads_no_cpu_data(tmp_path, monkeypatch):
