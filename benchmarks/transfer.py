@@ -39,6 +39,12 @@ samples; validation makes every choice (test is only scored):
   test matrix: the same number of measurements as top-k), the best fixed
   config chosen on the TL5 matrices, and the oracle.
 
+``--refit``: once validation has chosen a recipe and its epoch, each learned method is
+trained again with them on its target training matrices and the validation matrices
+together (the samples it already counts), and the best fixed config is chosen on both
+(docs/transfer.md, runs J and K: it helps TL5, and can collapse beyond with no data left
+to stop it).
+
 ``--ablations`` adds, at k = 5: the COGNATE network re-pre-trained like the
 WACO variants (the reference they compare with), without the mapper, with a
 random-permutation mapping, without the latent encoder (platform knobs
