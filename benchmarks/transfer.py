@@ -376,13 +376,18 @@ def finetune_on_validation(base: CognateCostModel, finetune: Sequence[Group], va
                                     for f in (params.freezes if freezes is None else freezes) for lr in params.lrs]
     if freezes is None:
         grid += [(("featurizer",), lr, params.finetune_epochs, True) for lr in params.reinit_lrs]
-    best = None
-    tried = []
-    for freeze, lr, epochs, reinit in grid:
+
+    def train(freeze, lr, epochs, reinit, groups, val_groups=None) -> CognateCostModel:
         model = reinitialized(base, seed) if reinit else copy.deepcopy(base)
         model.seed = seed
         if epochs:
-            model.finetune(finetune, space=spade, freeze=freeze, epochs=epochs, lr=lr, val_groups=val)
+            model.finetune(groups, space=spade, freeze=freeze, epochs=epochs, lr=lr, val_groups=val_groups)
+        return model
+
+    best = None
+    tried = []
+    for freeze, lr, epochs, reinit in grid:
+        model = train(freeze, lr, epochs, reinit, finetune, val)
         metrics = val_score(model, val, spade, params.top_k)
         recipe = {"freeze": list(freeze), "lr": lr, "epochs_max": epochs, "head_reinitialized": reinit,
                   "epoch_kept": best_epoch(model, epochs), "val": metrics}
@@ -391,10 +396,8 @@ def finetune_on_validation(base: CognateCostModel, finetune: Sequence[Group], va
             best = (model, recipe)
     model, recipe = best
     if params.refit and epochs_trained(recipe):
-        model = reinitialized(base, seed) if recipe["head_reinitialized"] else copy.deepcopy(base)
-        model.seed = seed
-        model.finetune([*finetune, *val], space=spade, freeze=tuple(recipe["freeze"]),
-                       epochs=epochs_trained(recipe), lr=recipe["lr"])
+        model = train(tuple(recipe["freeze"]), recipe["lr"], epochs_trained(recipe), recipe["head_reinitialized"],
+                      [*finetune, *val])
     return model, {**recipe, "refit": params.refit, "grid": tried}
 
 
@@ -406,12 +409,16 @@ def epochs_trained(recipe: dict) -> int:
 def train_no_transfer(nt_base: CognateCostModel, groups: Sequence[Group], val: Sequence[Group], spade,
                       params: Params, seed: int) -> tuple[CognateCostModel, dict]:
     """The COGNATE network trained on target data only; lr and epoch chosen on validation."""
-    best, tried = None, []
-    for lr in params.nt_lrs:
+
+    def train(lr, epochs, train_groups, val_groups=None) -> CognateCostModel:
         model = copy.deepcopy(nt_base)
         model.seed = seed
         model.config = model.config.replace(**{"train.lr": lr})
-        model.fit(groups, space=spade, val_groups=val, epochs=params.nt_epochs)
+        return model.fit(train_groups, space=spade, val_groups=val_groups, epochs=epochs)
+
+    best, tried = None, []
+    for lr in params.nt_lrs:
+        model = train(lr, params.nt_epochs, groups, val)
         metrics = val_score(model, val, spade, params.top_k)
         recipe = {"lr": lr, "epochs_max": params.nt_epochs, "epoch_kept": best_epoch(model, params.nt_epochs),
                   "val": metrics}
@@ -420,29 +427,29 @@ def train_no_transfer(nt_base: CognateCostModel, groups: Sequence[Group], val: S
             best = (model, recipe)
     model, recipe = best
     if params.refit and epochs_trained(recipe):
-        model = copy.deepcopy(nt_base)
-        model.seed = seed
-        model.config = model.config.replace(**{"train.lr": recipe["lr"]})
-        model.fit([*groups, *val], space=spade, epochs=epochs_trained(recipe))
+        model = train(recipe["lr"], epochs_trained(recipe), [*groups, *val])
     return model, {**recipe, "refit": params.refit, "grid": tried}
 
 
 def xgboost_on_validation(source_model, finetune, val, spade, params: Params) -> tuple[RankingModel, dict]:
-    best, tried = None, []
-    for rounds in params.xgb_rounds:
+
+    def train(rounds, groups) -> RankingModel:
         model = copy.deepcopy(source_model)
         model.finetune_rounds = rounds
         if rounds:
-            model.finetune(finetune, space=spade)
+            model.finetune(groups, space=spade)
+        return model
+
+    best, tried = None, []
+    for rounds in params.xgb_rounds:
+        model = train(rounds, finetune)
         metrics = val_score(model, val, spade, params.top_k)
         tried.append({"rounds": rounds, "val": metrics})
         if better(metrics, best, params.select_metric):
             best = (model, tried[-1])
     model, recipe = best
     if params.refit and recipe["rounds"]:
-        model = copy.deepcopy(source_model)
-        model.finetune_rounds = recipe["rounds"]
-        model.finetune([*finetune, *val], space=spade)
+        model = train(recipe["rounds"], [*finetune, *val])
     return model, {**recipe, "refit": params.refit, "grid": tried}
 
 

@@ -266,3 +266,31 @@ def test_ship_only_with_refit_loads_no_cpu_data(tmp_path, monkeypatch):
     card = (root / "spmm-spade" / CARD_FILE).read_text()
     assert ("fine-tune and validation matrices together" in card) == bool(recipe["epochs_max"])
     assert load_pretrained("spmm", "spade", root=root) is not None
+
+
+def test_xgboost_refit_boosts_the_chosen_rounds_on_finetune_and_validation(monkeypatch):
+    """XGBoost's count of extra rounds is chosen on validation (held out); with refit, the returned model
+    boosts that many rounds again on the fine-tune and validation matrices together."""
+    bench = _load_benchmark(monkeypatch)
+
+    class Recorder:
+        finetune_rounds = 0
+        calls: list = []
+
+        def finetune(self, groups, *, space):
+            Recorder.calls.append((self.finetune_rounds, list(groups)))
+            return self
+
+    # validation prefers 25 rounds (its score: minus the distance of the model's rounds from 25)
+    monkeypatch.setattr(bench, "val_score", lambda model, val, space, k: {
+        "pair_accuracy": -abs(model.finetune_rounds - 25), "oracle_fraction_top1": 0.0})
+    params = bench.dataclasses.replace(bench.SIZES["test"], xgb_rounds=(0, 25, 100), refit=True)
+    model, recipe = bench.xgboost_on_validation(Recorder(), ["f1", "f2"], ["v1"], None, params)
+    assert recipe["rounds"] == 25 and recipe["refit"] is True
+    assert Recorder.calls[:2] == [(25, ["f1", "f2"]), (100, ["f1", "f2"])]  # the grid: validation held out
+    assert Recorder.calls[2:] == [(25, ["f1", "f2", "v1"])]  # the refit
+    assert model.finetune_rounds == 25
+    Recorder.calls.clear()
+    params = bench.dataclasses.replace(params, refit=False)
+    bench.xgboost_on_validation(Recorder(), ["f1", "f2"], ["v1"], None, params)
+    assert all(groups == ["f1", "f2"] for _, groups in Recorder.calls)
