@@ -7,7 +7,9 @@ corpus of the project uses, so the shipped model never saw them):
 - tune: `cognate_tvm.tuner.tune` as `python -m cognate_tvm.tune` runs it by
   default: the shipped model ranks the whole space, baseline + top-k (5) are
   measured, `--fixed` (1) of them the model's best fixed configs (from its
-  training data), the winner is checked against scipy (1 + k measurements);
+  training data; the ranked ones differ pairwise in `--diversity` knobs, by default
+  the platform's `Space.pick_distance`), the winner is checked against scipy
+  (1 + k measurements);
 - tune, ranking only: the same with ``fixed=0`` (the model's top-k), to show
   what the best fixed config adds (run only when `--fixed` > 0);
 - the training data's best fixed config alone (the model's first best fixed
@@ -76,15 +78,16 @@ def eval_matrices(count: int, *, min_rows: int, max_rows: int, seed: int = EVAL_
 
 
 def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, pretrained_root, vendor,
-                    oracle=False, budget=0, fixed=tuner.DEFAULT_FIXED) -> dict:
+                    oracle=False, budget=0, fixed=tuner.DEFAULT_FIXED, diversity=None) -> dict:
     op = get_op(op)
     platform_space = space.create(backend.platform, op.name)
     start = time.perf_counter()
     tuned = tuner.tune(op, matrix, backend=backend, feat=feat, top_k=top_k, seed=seed, fixed=fixed,
-                       pretrained_root=pretrained_root, name=name, oracle=oracle, budget=budget)
+                       pretrained_root=pretrained_root, name=name, oracle=oracle, budget=budget, diversity=diversity)
     tune_s = time.perf_counter() - start
     ranking = tuner.tune(op, matrix, backend=backend, feat=feat, top_k=top_k, seed=seed, fixed=0,
-                         pretrained_root=pretrained_root, name=name, budget=budget) if fixed else tuned
+                         pretrained_root=pretrained_root, name=name, budget=budget,
+                         diversity=diversity) if fixed else tuned
     candidates = platform_space.candidates(backend.kernel_threads())
     train_fixed = next(iter(tuner.fixed_candidates(tuned.model, platform_space, candidates)), None)
     baseline = platform_space.baseline()
@@ -94,7 +97,7 @@ def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, p
     tune_choice = tuned.chosen.config if tuned.chosen is not None else None
     random_choice = random_pick.best.config if random_pick.best is not None else None
     row = {"matrix": name, "rows": matrix.shape[0], "cols": matrix.shape[1], "nnz": int(matrix.nnz),
-           "op": op.name, "feat": feat, "tune_measurements": len(tuned.measured),
+           "op": op.name, "feat": feat, "tune_measurements": len(tuned.measured), "tune_diversity": tuned.diversity,
            "random_measurements": len(sweep), "tune_seconds": round(tune_s, 2),
            "tune_config": None if tune_choice is None else tune_choice.to_dict(),
            "tune_ranking_config": None if ranking.chosen is None else ranking.chosen.config.to_dict(),
@@ -228,7 +231,7 @@ def summarize(rows: list[dict], args) -> dict:
     speedups = {m: geomean(r[f"{m}_speedup"] for r in rows) for m in PICKS}
     same = random_same_budget(rows, args.top_k, seed=args.seed)
     return {"matrices": len(rows), "op": args.op, "target": args.target, "feat": args.feat, "top_k": args.top_k,
-            "budget": args.budget, "random_k": args.random, "fixed": args.fixed,
+            "budget": args.budget, "random_k": args.random, "fixed": args.fixed, "diversity": args.diversity,
             **{f"{m}_speedup_geomean": g for m, g in speedups.items()},
             "tune_fraction_of_random": _ratio(speedups["tune"], speedups["random"]),
             "random_same_budget_sweep_median": same["median"], "random_same_budget_sweep_p10": same["p10"],
@@ -318,6 +321,8 @@ def main(argv=None) -> int:
     parser.add_argument("--top-k", type=int, default=tuner.DEFAULT_TOP_K)
     parser.add_argument("--fixed", type=int, default=tuner.DEFAULT_FIXED,
                         help="of the top-k, the model's best fixed configs (tune's --fixed)")
+    parser.add_argument("--diversity", type=int, default=None,
+                        help="tune's ranked picks differ pairwise in this many knobs (default: the platform's)")
     parser.add_argument("--budget", type=int, default=tuner.DEFAULT_BUDGET,
                         help="tune --budget: sampled configs measured to fine-tune the model before ranking")
     parser.add_argument("--random", type=int, default=48, help="random configs measured (besides the baseline)")
@@ -349,7 +354,7 @@ def main(argv=None) -> int:
         row = evaluate_matrix(name, matrix, op=args.op, backend=backend, feat=args.feat, top_k=args.top_k,
                               random_k=args.random, seed=args.seed, pretrained_root=args.pretrained_dir,
                               vendor=not args.no_vendor, oracle=args.oracle, budget=args.budget,
-                              fixed=args.fixed)
+                              fixed=args.fixed, diversity=args.diversity)
         with results_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         rows.append(row)

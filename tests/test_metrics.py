@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from cognate_tvm.errors import ShapeError
-from cognate_tvm.metrics import (evaluate_group, geomean, kendall_tau, ordered_pair_accuracy, summarize,
-                                 top_k_time)
+from cognate_tvm.metrics import (diverse_top_k_time, evaluate_group, geomean, kendall_tau, ordered_pair_accuracy,
+                                 summarize, top_k_time)
+from cognate_tvm.space import create
 
 TIMES = np.array([4.0, 1.0, 2.0, 8.0])
 
@@ -66,3 +67,24 @@ def test_bad_inputs():
         kendall_tau(TIMES, np.array([0.0, np.nan, 1.0, 2.0]))
     with pytest.raises(ValueError, match="baseline time"):
         evaluate_group(TIMES, TIMES, baseline_ms=0.0)
+
+
+def test_diverse_top_k_time_measures_the_picks_several_knobs_apart():
+    spade = create("spade", "spmm")
+    configs = spade.configs()[:6]  # 0 differs from 1, 2 and 4 in one knob, from 3 and 5 in two
+    times = np.array([5.0, 6.0, 7.0, 1.0, 9.0, 8.0])
+    scores = np.arange(6.0)  # ranking 0, 1, 2, ...
+    assert top_k_time(times, scores, 2, baseline_time=10.0) == 5.0  # 0 and its one-knob neighbour 1
+    assert configs[0].knobs_differing(configs[3]) == 2
+    assert diverse_top_k_time(times, scores, configs, 2, 2, baseline_time=10.0) == 1.0  # 0, then 3
+    assert diverse_top_k_time(times, scores, configs, 2, 1, baseline_time=10.0) == 5.0
+    failed = np.array([np.nan, 6.0, 7.0, np.nan, 9.0, 8.0])
+    assert diverse_top_k_time(failed, scores, configs, 2, 2, baseline_time=10.0) == 10.0  # both picks failed
+    g = evaluate_group(times, scores, baseline_ms=10.0, k=2, configs=configs, min_distance=2)
+    assert g.topk_diverse_ms == 1.0 and g.topk_ms == 5.0
+    summary = summarize([g])
+    assert summary["oracle_fraction_topk_diverse"] == pytest.approx(1.0)
+    assert summary["speedup_topk_diverse"] == pytest.approx(10.0)
+    assert "oracle_fraction_topk_diverse" not in summarize([evaluate_group(times, scores, baseline_ms=10.0)])
+    with pytest.raises(ShapeError, match="5 configs for 6 times"):
+        diverse_top_k_time(times, scores, configs[:5], 2, 2, baseline_time=10.0)

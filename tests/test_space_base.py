@@ -1,7 +1,7 @@
 import pytest
 
 from cognate_tvm.errors import InvalidConfigError, UnknownKindError
-from cognate_tvm.space import LOOPS, SharedCoords, create
+from cognate_tvm.space import LOOPS, SharedCoords, create, diverse_top
 from cognate_tvm.space.base import Config
 from dataclasses import dataclass
 
@@ -32,3 +32,33 @@ def test_shared_coords_omega_is_permutation():
 def test_unknown_platform():
     with pytest.raises(UnknownKindError, match="unknown platform 'tpu'; valid: cpu, gpu, spade"):
         create("tpu")
+
+
+def test_knobs_differing_counts_fields():
+    assert _Toy(4, ("a", "b")).knobs_differing(_Toy(4, ("a", "b"))) == 0
+    assert _Toy(4, ("a", "b")).knobs_differing(_Toy(8, ("b", "a"))) == 2
+
+
+def test_diverse_top_keeps_the_first_then_skips_near_copies_then_fills():
+    spade = create("spade", "spmm")
+    ranked = spade.configs()  # neighbours in this order differ in one knob
+    plain = diverse_top(ranked, 5, 1)
+    assert plain == ranked[:5]
+    picks = diverse_top(ranked, 5, 3)
+    assert picks[0] == ranked[0] and len(set(picks)) == 5
+    assert all(a.knobs_differing(b) >= 3 for i, a in enumerate(picks) for b in picks[i + 1:])
+    # each pick is the best-ranked config far enough from the earlier ones
+    for n in range(1, 5):
+        first = next(c for c in ranked if all(c.knobs_differing(p) >= 3 for p in picks[:n]))
+        assert picks[n] == first
+    # none of the other three differs from the first in all 5 knobs: the best-ranked of the rest fill in
+    few = diverse_top(ranked[:4], 4, 5)
+    assert few == ranked[:4]
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        diverse_top(ranked, 0, 2)
+
+
+def test_pick_distance_of_the_platforms():
+    # tune's default: SPADE hedges its transferred models' errors (docs/decisions.md); CPU and GPU rank plainly
+    assert create("spade", "spmm").pick_distance == 2
+    assert create("cpu", "spmm").pick_distance == create("gpu", "spmm").pick_distance == 1

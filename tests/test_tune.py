@@ -75,7 +75,8 @@ def _check_consistent(report):
 
 
 def test_spade_default_mode_json(spade_run, matrix_path, shipped):
-    """No SPADE model ships: the CPU model ranks zero-shot (noted); baseline + its top-k are measured."""
+    """No SPADE model ships: the CPU model ranks zero-shot (noted); baseline + k picks of its ranking are
+    measured, each the best-ranked config 2 knobs away from the earlier picks (SPADE's pick_distance)."""
     report = spade_run
     matrix = load_matrix(matrix_path)
     assert report["op"] == "spmm" and report["target"] == "spade" and report["feat"] == FEAT
@@ -86,7 +87,8 @@ def test_spade_default_mode_json(spade_run, matrix_path, shipped):
     _check_consistent(report)
     spade = space.create("spade", "spmm")
     ranked = CognateCostModel.load(shipped / "spmm-cpu").rank(matrix, spade.configs(), space=spade, feat=FEAT)
-    expected = [spade.baseline()] + [c for c in ranked if c != spade.baseline()][:TOP_K]
+    assert report["diversity"] == spade.pick_distance == 2
+    expected = [spade.baseline()] + space.diverse_top([c for c in ranked if c != spade.baseline()], TOP_K, 2)
     assert [r["config"] for r in report["measured"]] == [c.to_dict() for c in expected]
     assert [r["predicted_rank"] for r in report["measured"]] == [ranked.index(c) + 1 for c in expected]
     assert report["best"]["correct"] is None and report["rejected"] == []
@@ -139,7 +141,7 @@ def test_tune_picks_what_the_ranking_puts_first(matrix_path):
     assert perfect.best.time_ms == oracle_ms and perfect.oracle.fraction == 1.0
     assert perfect.predicted_rank[1:] == [1, 2] or perfect.predicted_rank[1] == 1
     worst = tuner.tune("spmm", matrix, backend=backend, feat=FEAT, model=_KnownRanking(times, reverse=True),
-                       top_k=2, oracle=True)
+                       top_k=2, oracle=True, diversity=1)
     baseline_ms = times[spade.baseline()]
     assert worst.best.time_ms == baseline_ms  # the two slowest configs lose to the baseline
     assert worst.chosen.config == spade.baseline()
@@ -233,7 +235,7 @@ def test_budget_finetunes_from_the_shipped_weights(matrix_path, shipped, tmp_pat
     ranked = tuned_model.rank(load_matrix(matrix_path), spade.configs(), space=spade, feat=FEAT)
     sample = {spade.config_from_dict(r["config"]) for r in report["measured"][:1 + budget]}
     assert [r["config"] for r in report["measured"][1 + budget:]] == \
-        [c.to_dict() for c in ranked if c not in sample][:TOP_K]
+        [c.to_dict() for c in space.diverse_top([c for c in ranked if c not in sample], TOP_K, spade.pick_distance)]
 
 
 def _run_llvm_kernel(library, op, matrix, config, feat):
@@ -392,6 +394,7 @@ def test_bad_flags_and_matrix(matrix_path, tmp_path, shipped):
         (["--top-k", 0], "--top-k must be >= 1"),
         (["--feat", 0], "--feat must be >= 1"),
         (["--oracle-sample", 0], "--oracle-sample must be >= 1"),
+        (["--diversity", 0], "--diversity must be >= 1"),
         (["--arch", "sm_80"], "does not take option"),
         (["--compile-only"], "give --out DIR"),
         (["--compile-only", "--out", tmp_path, "--oracle"], "--oracle needs timed runs"),
@@ -473,3 +476,4 @@ def test_parser_defaults():
     args = tune.make_parser().parse_args(["spmm"])
     assert args.matrix == tuner.EXAMPLE_MATRIX and args.target == "llvm" and args.model is None
     assert args.budget == 0 and args.top_k == 5 and args.fixed == 1 and not args.oracle and args.out is None
+    assert args.diversity is None  # the platform's Space.pick_distance

@@ -130,6 +130,36 @@ def test_pick_top_puts_the_best_fixed_configs_among_the_top_k():
     assert fixed == [] and top == ranked[:3]
 
 
+def test_pick_top_picks_from_the_ranking_min_distance_knobs_apart():
+    spade = space.create("spade", "spmm")
+    ranked = spade.configs()
+    top, fixed = tuner.pick_top(object(), spade, ranked, measured={ranked[0]}, top_k=4, fixed=0, min_distance=3)
+    assert fixed == [] and top == space.diverse_top(ranked[1:], 4, 3) and top[0] == ranked[1]
+    assert all(a.knobs_differing(b) >= 3 for i, a in enumerate(top) for b in top[i + 1:])
+    top, _ = tuner.pick_top(object(), spade, ranked, measured={ranked[0]}, top_k=4, fixed=0)
+    assert top == ranked[1:5]  # min_distance 1: the plain ranking
+
+
+@pytest.mark.parametrize("diversity", [None, 1, 3])
+def test_tune_measures_picks_the_given_number_of_knobs_apart(shipped, diversity):
+    """tune's picks from the ranking follow `diversity` (None: the platform's, SPADE's 2) and it is reported."""
+    matrix = generate("rmat", 200, seed=1)
+    tuned = tuner.tune("spmm", matrix, backend=SpadeBackend(workers=1), feat=16, pretrained_root=shipped, top_k=4,
+                       fixed=0, diversity=diversity)
+    expected = 2 if diversity is None else diversity
+    assert tuned.diversity == expected
+    spade = space.create("spade", "spmm")
+    ranked = tuned.model.rank(matrix, spade.configs(), space=spade, feat=16)
+    picked = [r.config for r in tuned.measured[1:]]  # after the baseline
+    assert picked == space.diverse_top([c for c in ranked if c != spade.baseline()], 4, expected)
+    assert all(a.knobs_differing(b) >= expected for i, a in enumerate(picked) for b in picked[i + 1:])
+    report = tuner.tune_report(tuned, op="spmm", target="spade", feat=16, matrix_path="m.mtx", matrix=matrix,
+                               budget=0, top_k=4, fixed=0)
+    assert report["diversity"] == expected
+    with pytest.raises(ValueError, match="diversity must be >= 1"):
+        tuner.tune("spmm", matrix, backend=SpadeBackend(workers=1), feat=16, pretrained_root=shipped, diversity=0)
+
+
 def test_tune_measures_the_shipped_models_best_fixed_config(shipped, tmp_path):
     from cognate_tvm.model import CognateCostModel
     from cognate_tvm.model.pretrained import pretrained_path

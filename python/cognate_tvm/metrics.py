@@ -6,6 +6,9 @@ predicted faster). Conventions:
 
 - "top-k" means: measure the k best-scored configs and keep the fastest that
   ran. If none of them ran, the platform baseline is used (speedup 1).
+- "diverse top-k" (given the configs): the same over the k picks that `tune`
+  measures from the ranking, which differ pairwise in at least `min_distance`
+  knobs (`space.diverse_top`); with `min_distance` 1 it is the top-k.
 - Speedup over the baseline config: ``t_baseline / t_chosen``.
 - Fraction of the oracle: ``t_oracle / t_chosen`` (1 = the model found the best
   config of the candidates); its geomean equals geomean(speedup) / geomean(oracle speedup).
@@ -24,6 +27,7 @@ import numpy as np
 from scipy import stats as _stats
 
 from .errors import ShapeError
+from .space.base import Config, diverse_top
 
 
 def _check(times: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -53,6 +57,20 @@ def top_k_time(times: np.ndarray, scores: np.ndarray, k: int, baseline_time: flo
         raise ValueError(f"k must be >= 1, got {k}")
     order = np.argsort(scores, kind="stable")[:k]
     picked = times[order]
+    picked = picked[np.isfinite(picked)]
+    return float(picked.min()) if picked.size else float(baseline_time)
+
+
+def diverse_top_k_time(times: np.ndarray, scores: np.ndarray, configs: Sequence[Config], k: int,
+                       min_distance: int, baseline_time: float) -> float:
+    """Time of the fastest successful config among the k picks of `space.diverse_top` from the
+    ranking by `scores` (baseline if none ran)."""
+    times, scores = _check(times, scores)
+    if len(configs) != times.shape[0]:
+        raise ShapeError(f"{len(configs)} configs for {times.shape[0]} times")
+    index = {c: i for i, c in enumerate(configs)}
+    ranked = [configs[i] for i in np.argsort(scores, kind="stable")]
+    picked = times[[index[c] for c in diverse_top(ranked, k, min_distance)]]
     picked = picked[np.isfinite(picked)]
     return float(picked.min()) if picked.size else float(baseline_time)
 
@@ -91,10 +109,13 @@ class GroupResult:
     topk_ms: float
     pair_accuracy: float
     tau: float
+    topk_diverse_ms: float | None = None  # given the configs (`evaluate_group`)
 
 
-def evaluate_group(times: np.ndarray, scores: np.ndarray, *, baseline_ms: float, k: int = 5) -> GroupResult:
-    """All metrics of one group; `baseline_ms` is the measured time of the platform baseline config."""
+def evaluate_group(times: np.ndarray, scores: np.ndarray, *, baseline_ms: float, k: int = 5,
+                   configs: Sequence[Config] | None = None, min_distance: int = 1) -> GroupResult:
+    """All metrics of one group; `baseline_ms` is the measured time of the platform baseline config.
+    With the group's `configs` (in `times` order) also the diverse top-k (`min_distance`)."""
     times, scores = _check(times, scores)
     if not np.isfinite(baseline_ms) or baseline_ms <= 0:
         raise ValueError(f"baseline time must be positive and finite, got {baseline_ms}")
@@ -104,7 +125,9 @@ def evaluate_group(times: np.ndarray, scores: np.ndarray, *, baseline_ms: float,
                        top1_ms=top_k_time(times, scores, 1, baseline_ms),
                        topk_ms=top_k_time(times, scores, k, baseline_ms),
                        pair_accuracy=ordered_pair_accuracy(times, scores),
-                       tau=kendall_tau(times, scores))
+                       tau=kendall_tau(times, scores),
+                       topk_diverse_ms=None if configs is None else
+                       diverse_top_k_time(times, scores, configs, k, min_distance, baseline_ms))
 
 
 def summarize(results: Sequence[GroupResult]) -> dict[str, float]:
@@ -115,7 +138,7 @@ def summarize(results: Sequence[GroupResult]) -> dict[str, float]:
     oracle = np.array([r.oracle_ms for r in results])
     top1 = np.array([r.top1_ms for r in results])
     topk = np.array([r.topk_ms for r in results])
-    return {
+    summary = {
         "groups": float(len(results)),
         "speedup_top1": geomean(base / top1),
         "speedup_topk": geomean(base / topk),
@@ -126,6 +149,11 @@ def summarize(results: Sequence[GroupResult]) -> dict[str, float]:
         "pair_accuracy": float(np.nanmean([r.pair_accuracy for r in results])),
         "kendall_tau": float(np.nanmean([r.tau for r in results])),
     }
+    if all(r.topk_diverse_ms is not None for r in results):
+        diverse = np.array([r.topk_diverse_ms for r in results])
+        summary["speedup_topk_diverse"] = geomean(base / diverse)
+        summary["oracle_fraction_topk_diverse"] = geomean(oracle / diverse)
+    return summary
 
 
 def mean_log_slowdown(tables: Sequence[Mapping[Hashable, float | None]], *,

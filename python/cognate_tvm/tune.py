@@ -1,7 +1,7 @@
 """Tune a sparse op on one matrix and one target: pick its fastest correct configuration.
 
     python -m cognate_tvm.tune {spmm,sddmm} [--target llvm|spade|cuda] [--matrix PATH] [--feat N]
-        [--budget N] [--top-k K] [--fixed F] [--model PATH] [--pretrained-dir DIR] [--save-model PATH]
+        [--budget N] [--top-k K] [--fixed F] [--diversity D] [--model PATH] [--pretrained-dir DIR] [--save-model PATH]
         [--oracle] [--oracle-sample N] [--out DIR] [--compile-only] [--seed S] [--vendor]
         [--json] [--quiet] [--arch sm_80|sm_90] [--rpc-tracker HOST:PORT --rpc-key KEY]
 
@@ -11,7 +11,9 @@ parallel on more; a platform without a model uses the CPU model zero-shot,
 with a note); the
 baseline config and the model's top-k are measured (``--fixed F``, default 1,
 of them the model's best fixed configs: those that did best over its training
-matrices, whatever the matrix); the fastest ones are timed again side by
+matrices, whatever the matrix; the ranked ones differ pairwise in at least
+``--diversity D`` knobs, by default the platform's: 2 on SPADE, 1, the plain
+ranking, elsewhere); the fastest ones are timed again side by
 side with the baseline and the one with the lowest median whose output matches
 scipy's is kept if it is faster than the baseline (`cognate_tvm.tuner.tune`). ``--budget N`` first measures N
 sampled configs of this matrix and fine-tunes the model on them, from its
@@ -63,6 +65,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--fixed must be in [0, --top-k={args.top_k}], got {args.fixed}")
     if args.oracle_sample < 1:
         raise ValueError(f"--oracle-sample must be >= 1, got {args.oracle_sample}")
+    if args.diversity is not None and args.diversity < 1:
+        raise ValueError(f"--diversity must be >= 1, got {args.diversity}")
     if args.compile_only:
         if args.out is None:
             raise ValueError("--compile-only writes the top-k kernels to a directory: give --out DIR")
@@ -86,7 +90,7 @@ def run(args: argparse.Namespace) -> tuple[dict, tuner.TuneResult | None]:
         return report, None
     tuned = tuner.tune(op, matrix, backend=backend, feat=args.feat, model=model, model_source=source,
                        pretrained_root=args.pretrained_dir, budget=args.budget, top_k=args.top_k,
-                       fixed=args.fixed, seed=args.seed, oracle=args.oracle, oracle_sample=args.oracle_sample,
+                       fixed=args.fixed, seed=args.seed, diversity=args.diversity, oracle=args.oracle, oracle_sample=args.oracle_sample,
                        name=Path(args.matrix).stem, progress=not args.quiet)
     if args.save_model is not None:
         tuned.model.save(args.save_model)
@@ -174,6 +178,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fixed", type=int, default=DEFAULT_FIXED,
                         help="how many of the top-k are the model's best fixed configs, the ones that did best "
                              f"over its training matrices (default {DEFAULT_FIXED}; 0: the ranking only)")
+    parser.add_argument("--diversity", type=int, default=None,
+                        help="the configs measured from the ranking differ pairwise in at least this many knobs "
+                             "(default: the platform's, 2 on SPADE, 1 elsewhere; 1: the plain top-k)")
     parser.add_argument("--model", type=Path, default=None,
                         help="a saved cost model to use instead of the shipped one")
     parser.add_argument("--pretrained-dir", type=Path, default=None,

@@ -264,6 +264,7 @@ class TuneResult:
         model's ranking of the whole space (after fine-tuning).
     sampled : how many configs after the baseline were the fine-tuning sample.
     fixed : the measured configs that came from the model's best fixed configs.
+    diversity : the ranked picks differed pairwise in at least this many knobs (`pick_top`).
     retimed : the median time of the finalists (the fastest measured configs) and
         the baseline, timed side by side (`FINAL_ROUNDS` rounds) before the choice.
     confirmed : (baseline, best), their medians over those rounds and the best's
@@ -280,6 +281,7 @@ class TuneResult:
     model_source: str | None = None
     sampled: int = 0
     fixed: list[space.Config] = field(default_factory=list)
+    diversity: int = 1
     finetuned: bool = False
     notes: list[str] = field(default_factory=list)
     confirmed: tuple[MeasureResult, MeasureResult] | None = None
@@ -332,7 +334,7 @@ def _group(name: str, matrix: sp.csr_matrix, feat: int, results: Sequence[Measur
 def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 128, model=None,
          model_source: str | None = None, pretrained_root: str | os.PathLike | None = None,
          budget: int = DEFAULT_BUDGET, top_k: int = DEFAULT_TOP_K, fixed: int = DEFAULT_FIXED, seed: int = 0,
-         oracle: bool = False, oracle_sample: int = ORACLE_SAMPLE, name: str = "matrix",
+         diversity: int | None = None, oracle: bool = False, oracle_sample: int = ORACLE_SAMPLE, name: str = "matrix",
          progress: bool = False) -> TuneResult:
     """Pick the fastest correct config of `op` on `matrix` for `backend` (see the module docstring).
 
@@ -345,6 +347,8 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
         fine-tuned on them (and the baseline) from its loaded weights.
     top_k : configs measured from the model's ranking.
     fixed : how many of the `top_k` are the model's best fixed configs (`pick_top`).
+    diversity : the ranked picks differ pairwise in at least this many knobs (`space.diverse_top`);
+        None: the platform's `Space.pick_distance` (1, the plain top-k, but on SPADE).
     oracle : also sweep the space (`measure_oracle`) to see how far the choice is from its best.
     """
     op = get_op(op)
@@ -356,6 +360,8 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
         raise ValueError(f"budget must be >= 0, got {budget}")
     if not 0 <= fixed <= top_k:
         raise ValueError(f"fixed must be in [0, top_k={top_k}], got {fixed}")
+    if diversity is not None and diversity < 1:
+        raise ValueError(f"diversity must be >= 1, got {diversity}")
     platform_space = space.create(backend.platform, op.name)
     baseline = platform_space.baseline()
     sample = sample_configs(platform_space, budget, seed)
@@ -367,7 +373,8 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
         model, model_source, notes = load_shipped_model(op, backend.platform, root=pretrained_root,
                                                         threads=backend.kernel_threads())
     tuned = TuneResult(baseline=results[0], measured=results, predicted_rank=[], model=model,
-                       model_source=model_source, sampled=len(sample), notes=notes)
+                       model_source=model_source, sampled=len(sample), notes=notes,
+                       diversity=platform_space.pick_distance if diversity is None else diversity)
     if sample:
         group = _group(name, matrix, feat, results)
         succeeded = int(np.isfinite(group.times_ms).sum())
@@ -383,7 +390,7 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
     ranked = model.rank(matrix, candidates, space=platform_space, feat=feat)
     rank_of = {config: n + 1 for n, config in enumerate(ranked)}
     top, tuned.fixed = pick_top(model, platform_space, ranked, measured={r.config for r in results},
-                                top_k=top_k, fixed=fixed)
+                                top_k=top_k, fixed=fixed, min_distance=tuned.diversity)
     tuned.measured += measure_configs(backend, op, matrix, top, feat, seed=seed, progress=progress,
                                       desc=f"top-{len(top)}")
     tuned.predicted_rank = [rank_of.get(r.config) for r in tuned.measured]
@@ -403,12 +410,16 @@ def fixed_candidates(model, platform_space: space.Space, candidates: Sequence[sp
 
 
 def pick_top(model, platform_space: space.Space, ranked: Sequence[space.Config], *, measured: set,
-             top_k: int, fixed: int) -> tuple[list[space.Config], list[space.Config]]:
+             top_k: int, fixed: int, min_distance: int = 1) -> tuple[list[space.Config], list[space.Config]]:
     """(configs to measure, those of them that are best fixed configs): the model's first `fixed`
-    best fixed configs among `ranked` (the candidates), then its ranking, `top_k` in all, none of
-    them already `measured`."""
+    best fixed configs among `ranked` (the candidates), then picks from its ranking that differ
+    pairwise in at least `min_distance` knobs (`space.diverse_top`), `top_k` in all, none of them
+    already `measured`."""
     chosen_fixed = [c for c in fixed_candidates(model, platform_space, ranked) if c not in measured][:fixed]
-    picks = [c for c in ranked if c not in measured and c not in chosen_fixed][:top_k - len(chosen_fixed)]
+    if len(chosen_fixed) == top_k:
+        return chosen_fixed, chosen_fixed
+    rest = [c for c in ranked if c not in measured and c not in chosen_fixed]
+    picks = space.diverse_top(rest, top_k - len(chosen_fixed), min_distance) if rest else []
     return picks + chosen_fixed, chosen_fixed
 
 
@@ -517,6 +528,7 @@ def tune_report(tuned: TuneResult, *, op: str, target: str, feat: int, matrix_pa
         "op": op, "target": target, "feat": feat, "matrix": matrix_report(matrix_path, matrix),
         "mode": "finetuned" if tuned.finetuned else "ranked",
         "model": tuned.model_source, "budget": budget, "top_k": top_k, "fixed": fixed,
+        "diversity": tuned.diversity,
         "saved_model": saved_model,
         "samples_measured": len(tuned.measured),
         "failed": len(tuned.failed),

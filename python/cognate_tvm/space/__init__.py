@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import UnknownKindError
-from .base import LOOPS, Config, SharedCoords, Space
+from .base import LOOPS, Config, SharedCoords, Space, diverse_top
 
 # platform name -> "module:Class", imported on first use.
 _SPACES = {
@@ -27,4 +27,4 @@ def create(platform: str | Space, op: str = "spmm") -> Space:
     return getattr(importlib.import_module(module), cls)(op)
 
 
-__all__ = ["LOOPS", "PLATFORMS", "Config", "SharedCoords", "Space", "create"]
+__all__ = ["LOOPS", "PLATFORMS", "Config", "SharedCoords", "Space", "create", "diverse_top"]

@@ -39,6 +39,10 @@ class Config:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
+    def knobs_differing(self, other: "Config") -> int:
+        """How many fields of `self` and `other` hold different values."""
+        return sum(a != b for a, b in zip(self.to_json_values(), other.to_json_values()))
+
     @classmethod
     def from_dict(cls, data: dict) -> "Config":
         names = {f.name for f in dataclasses.fields(cls)}
@@ -92,6 +96,9 @@ class Space(ABC):
     platform: ClassVar[str]            # "cpu", "spade", "gpu"
     config_type: ClassVar[type[Config]]
     knob_names: ClassVar[tuple[str, ...]]  # platform-only knobs, in `platform_knobs` order
+    # tune's picks from a ranking differ pairwise in at least this many fields (`diverse_top`); 1 = the
+    # plain top-k. A space whose models transfer with few target samples hedges their errors with more.
+    pick_distance: ClassVar[int] = 1
 
     def __init__(self, op: str | Op):
         self.op = get_op(op)
@@ -187,3 +194,24 @@ class Space(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(op={self.op.name!r})"
+
+
+def diverse_top(ranked: Sequence[Config], k: int, min_distance: int) -> list[Config]:
+    """`k` configs of `ranked` (best first): its first, then each next one in rank order that differs
+    from every config already picked in at least `min_distance` fields; when too few do, the best-ranked
+    of the rest fill the list. `min_distance` <= 1 gives the plain top k.
+
+    Why: a model that is wrong about one knob on a matrix ranks that knob's wrong value first in all of
+    its top configs (the 5 best of a SPADE model then share a `split` that costs 2x), so measuring them
+    learns nothing new; picks that differ in several knobs hedge that error (docs/decisions.md).
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    picks: list[Config] = []
+    for config in ranked:
+        if len(picks) == k:
+            return picks
+        if all(config.knobs_differing(p) >= min_distance for p in picks):
+            picks.append(config)
+    chosen = set(picks)
+    return picks + [c for c in ranked if c not in chosen][:k - len(picks)]
