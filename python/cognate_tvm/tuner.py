@@ -16,7 +16,9 @@ platform ranks the space's candidates for the backend's kernel threads
 follow the thread count); a platform without a shipped model uses the CPU
 model zero-shot, with a note; the baseline and the model's top-k are
 measured, `fixed` (1) of the k being the model's best fixed configs (the ones
-that did best over its training matrices, `pick_top`); with ``budget=N`` a
+that did best over its training matrices, `pick_top`), the others picks from the
+ranking that differ pairwise in `Space.pick_distance` knobs (SPADE: 2; elsewhere 1,
+the plain ranking; `diversity` overrides it); with ``budget=N`` a
 seeded sample of N configs is measured first and the loaded model is
 fine-tuned on it, from its pre-trained weights.
 The fastest `FINALISTS` measured configs and the baseline are then timed again
