@@ -33,7 +33,7 @@ from cognate_tvm.metrics import diverse_top_k_time, geomean
 from cognate_tvm.model.cognate import CognateCostModel
 from cognate_tvm.model.pretrained import PRETRAINED_DIR
 from cognate_tvm.space import create as create_space
-from cognate_tvm.space import diverse_top
+from cognate_tvm.tuner import pick_top
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from transfer import SIZES, evaluation_split  # noqa: E402  (the transfer benchmark's corpus and split)
@@ -43,13 +43,14 @@ DEFAULT_MODELS = ("{op}-spade", "{op}-cpu-2t", "{op}-cpu")
 
 
 def tune_like(group, scores, space, model, k: int, distance: int) -> float:
-    """Best of the baseline, the model's first best fixed config and k - 1 diverse picks, over the oracle."""
+    """Best of the baseline, the model's first best fixed config and k - 1 diverse picks (what
+    `tuner.pick_top` has `tune` measure), over the oracle."""
     configs = list(group.configs)
     times = np.asarray(group.times_ms, dtype=np.float64)
-    fixed = [c for c in model.fixed_configs(space) if c in set(configs)][:1]
-    ranked = [configs[i] for i in np.argsort(scores, kind="stable") if configs[i] not in fixed]
-    picks = [space.baseline()] + fixed + diverse_top(ranked, k - len(fixed), distance)
-    picked = times[[configs.index(c) for c in picks]]
+    ranked = [configs[i] for i in np.argsort(scores, kind="stable")]
+    baseline = space.baseline()
+    picks, _ = pick_top(model, space, ranked, measured={baseline}, top_k=k, fixed=1, min_distance=distance)
+    picked = times[[configs.index(c) for c in [baseline] + picks]]
     return float(np.nanmin(times) / np.nanmin(picked))
 
 
