@@ -119,29 +119,40 @@ def at_trials(row: dict, trials: int, finalists: int = 1) -> dict:
             "finalists": ranked[:finalists], "error": row.get("error")}
 
 
-def retime_configs(views: list[dict], matrices, *, op, feat, threads, rounds: int, path: Path) -> dict:
-    """{matrix: {config JSON: median ms over `rounds`, or None}}: every config the views picked, built
-    once per matrix, checked against scipy, then timed in rounds, the order rotated each round (so no
-    config always runs first while the machine drifts). Resumes per matrix from `path`."""
+def picked(views: list[dict]) -> list[str]:
+    """Every config the views picked (their finalists), sorted."""
+    return sorted({c for v in views for c in v.get("finalists") or [v["config"]] if c})
+
+
+def retime_configs(views: list[dict], matrices, *, op, feat, threads, rounds: int, path: Path,
+                   per_matrix: bool = False) -> dict:
+    """{matrix: {config JSON: median ms over `rounds`, or None}}: every config the views picked (with
+    `per_matrix`, only those picked on that matrix), built once per matrix, checked against scipy, then
+    timed in rounds, the order rotated each round (so no config always runs first while the machine
+    drifts). Resumes per matrix from `path`."""
     from cognate_tvm.kernels.cpu import cpu_target
-    from cognate_tvm.metaschedule import BuiltKernel, schedule_config, time_side_by_side
+    from cognate_tvm.metaschedule import BuiltKernel, device_inputs, schedule_config, time_side_by_side
 
     space = create_space("cpu", op)
-    pool = sorted({c for v in views for c in v.get("finalists") or [v["config"]] if c})
+    pool = picked(views)
     times: dict = {}
     if path.is_file():
         for r in map(json.loads, path.read_text().splitlines()):
             times.setdefault(r["matrix"], {})[r["config"]] = r["time_ms"]
     target = cpu_target(threads)
     for name, matrix in tqdm(matrices, desc="re-timing", disable=None):
+        if per_matrix:
+            pool = picked([v for v in views if v["matrix"] == name])
         todo = [c for c in pool if c not in times.get(name, {})]
         if not todo:
             continue
         kernels, errors, samples = {}, {}, {c: [] for c in todo}
+        matrix = matrix.astype(np.float32)  # one copy, which every kernel below shares, with its inputs
+        inputs = device_inputs(op, matrix, feat)
         for config in todo:
             try:
                 kernel = BuiltKernel(op, schedule_config(op, matrix, feat, space.config_from_json(config),
-                                                         workers=threads), matrix, feat, target)
+                                                         workers=threads), matrix, feat, target, inputs=inputs)
                 if kernel.correct():
                     kernels[config] = kernel
                 else:
@@ -324,6 +335,9 @@ def main(argv=None) -> int:
                         help="each search's fastest records re-timed; the fastest of them is its confirmed pick")
     parser.add_argument("--retime-rounds", type=int, default=5,
                         help="rounds of re-timing every pick side by side (0: none, no best fixed config)")
+    parser.add_argument("--per-matrix-pool", action="store_true",
+                        help="re-time on each matrix only the picks of its own searches (fewer kernels to time "
+                             "with many --finalists; no best fixed config, which needs every pick on every matrix)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     # the re-timing runs in this process: size TVM's thread pool as the searches' runners do
@@ -356,8 +370,9 @@ def main(argv=None) -> int:
     fixed = None
     if args.retime_rounds:
         times = retime_configs(views, matrices, op=args.op, feat=args.feat, threads=args.threads,
-                               rounds=args.retime_rounds, path=args.out / "retimed.jsonl")
-        fixed = best_fixed_leave_one_out(times)
+                               rounds=args.retime_rounds, path=args.out / "retimed.jsonl",
+                               per_matrix=args.per_matrix_pool)
+        fixed = None if args.per_matrix_pool else best_fixed_leave_one_out(times)
         add_retimed(views, times)
     summary = summarize(views, args.methods, trials, fixed)
     summary.update(retime_rounds=args.retime_rounds, finalists=args.finalists, runs=views)

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from cognate_tvm import space
 from cognate_tvm.matrix import generate, save_matrix
 from cognate_tvm.model import CognateCostModel
 from cognate_tvm.model.pretrained import pretrained_path
+from cognate_tvm.space.cpu import CPUSpace
 from tiny_models import ship, tiny_cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -266,3 +268,37 @@ def test_metaschedule_compare_retimes_every_pick_in_rounds_and_resumes(tmp_path)
         assert times["banded"][r["config"]] == pytest.approx(sorted(r["times_ms"])[1])  # the median
     again = bench.retime_configs(views, matrices, op="spmm", feat=16, threads=1, rounds=3, path=path)
     assert again == times and len(path.read_text().splitlines()) == 2  # nothing re-timed
+
+
+def test_metaschedule_compare_per_matrix_pool_retimes_only_own_picks(monkeypatch, tmp_path):
+    """--per-matrix-pool: each matrix re-times only the picks of its own searches (the default re-times every
+    pick on every matrix, for the best fixed config)."""
+    import cognate_tvm.metaschedule as msc
+
+    bench = _load_benchmark("metaschedule_compare.py")
+    config = CPUSpace("spmm").baseline().to_json()
+    other = CPUSpace("spmm").baseline().__class__(**{**CPUSpace("spmm").baseline().to_dict(), "i_tile": 1}).to_json()
+    views = [{"matrix": "m0", "config": config, "finalists": [config]},
+             {"matrix": "m1", "config": other, "finalists": [other, config]}]
+    assert bench.picked(views) == sorted({config, other}) and bench.picked(views[:1]) == [config]
+    built = []
+
+    class FakeKernel:
+        def __init__(self, op, mod, matrix, feat, target, *, inputs):
+            built.append((matrix.shape[0], mod))
+
+        def correct(self):
+            return True
+
+    monkeypatch.setattr(msc, "BuiltKernel", FakeKernel)
+    monkeypatch.setattr(msc, "device_inputs", lambda *a, **k: [])
+    monkeypatch.setattr(msc, "schedule_config", lambda op, matrix, feat, c, workers: c.to_json())
+    monkeypatch.setattr(msc, "time_side_by_side", lambda kernels, rounds: [[1.0] * rounds for _ in kernels])
+    matrices = [("m0", sp.random(10, 10, density=0.3, format="csr")), ("m1", sp.random(20, 20, density=0.3, format="csr"))]
+    for per_matrix, expected in ((True, {(10, config), (20, other), (20, config)}),
+                                 (False, {(10, config), (10, other), (20, other), (20, config)})):
+        built.clear()
+        times = bench.retime_configs(views, matrices, op="spmm", feat=8, threads=1, rounds=2,
+                                     path=tmp_path / f"retimed_{per_matrix}.jsonl", per_matrix=per_matrix)
+        assert set(built) == expected and len(built) == len(expected)
+        assert {(m, c) for m, row in times.items() for c in row} == {("m0" if n == 10 else "m1", c) for n, c in expected}

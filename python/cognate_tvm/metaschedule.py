@@ -506,6 +506,14 @@ def _host_inputs(op: Op, matrix: sp.csr_matrix, feat: int, seed: int) -> list[np
     return [csr.indptr.astype(np.int32), csr.indices.astype(np.int32), csr.data.astype(np.float32)] + dense
 
 
+def device_inputs(op: str | Op, matrix: sp.csr_matrix, feat: int, seed: int = 11, device=None) -> list:
+    """The workload's inputs on `device` (the CPU by default): CSR arrays and seeded dense operands, as
+    `BuiltKernel` passes them to every kernel of `matrix`."""
+    op, device = get_op(op), device or tvm.cpu()
+    return [tvm.runtime.tensor(a, device)
+            for a in _host_inputs(op, sp.csr_matrix(matrix, dtype=np.float32), feat, seed)]
+
+
 def alloc_sparse_arguments(device, args_info, alloc_repeat: int, *, path: str) -> list[list]:
     """LocalRunner ``f_alloc_argument``: the workload's inputs from the `.npz` at `path`, output last."""
     arrays = np.load(path)
@@ -539,12 +547,15 @@ class BuiltKernel:
     """A scheduled workload built once, on `matrix` with seeded dense operands: its output can be
     checked and it can be timed as often as asked (re-timing rounds reuse one build)."""
 
-    def __init__(self, op: str | Op, mod, matrix: sp.csr_matrix, feat: int, target, *, seed: int = 11):
+    def __init__(self, op: str | Op, mod, matrix: sp.csr_matrix, feat: int, target, *, seed: int = 11,
+                 inputs: Sequence | None = None):
         self.op, self.feat, self.seed = get_op(op), int(feat), seed
         self.matrix = sp.csr_matrix(matrix, dtype=np.float32)
         self.lib = tvm.tirx.build(mod, target=target)
         self.dev = tvm.cpu()
-        self.args = [tvm.runtime.tensor(a, self.dev) for a in _host_inputs(self.op, self.matrix, feat, seed)]
+        # Kernels of one matrix only read their inputs, so they may share one copy (`device_inputs`):
+        # a hundred kernels of a 100k-row matrix, each with its own, held 24 GB.
+        self.args = list(inputs) if inputs is not None else device_inputs(self.op, self.matrix, feat, seed)
         self.out_shape = ((self.matrix.shape[0], self.feat) if self.op.name == "spmm"
                           else (int(workload_csr(self.op, self.matrix).nnz),))
 
@@ -758,6 +769,7 @@ def _finalists(op, mod, records, matrix, feat, target, variant_list, count: int)
     """The `count` fastest records of distinct configs whose output matches scipy, fastest first;
     a record with a wrong output is rejected (and the next one taken)."""
     kernels, records_ms, rejected, seen = [], [], [], set()
+    inputs = device_inputs(op, matrix, feat)
     for record in records:
         if len(kernels) >= count:
             break
@@ -768,7 +780,7 @@ def _finalists(op, mod, records, matrix, feat, target, variant_list, count: int)
         seen.add(config)
         sch = tvm.s_tir.Schedule(mod)
         record.trace.apply_to_schedule(sch, remove_postproc=False)
-        kernel = BuiltKernel(op, sch.mod, matrix, feat, target)
+        kernel = BuiltKernel(op, sch.mod, matrix, feat, target, inputs=inputs)
         if not kernel.correct():
             rejected.append((config, WRONG_OUTPUT))
             log.warning("MetaSchedule record %s rejected: %s", config.to_json(), WRONG_OUTPUT)
