@@ -280,6 +280,11 @@ def cpu_source(op: str, params: Params, args, out: Path, *, progress: bool):
     frame = load_frame(path)
     frame = frame[(frame["op"] == op) & (frame["platform"] == "cpu")]
     known = {e.name: e for e in entries}
+    if not frame["matrix"].isin(known).any():
+        # the corpus draws each matrix's size from [min, max] rows: other bounds name other matrices
+        raise ValueError(f"none of the {frame['matrix'].nunique()} matrices of the CPU data in {path} is in the "
+                         f"corpus {spec} with {args.cpu_min_rows}-{args.cpu_max_rows} rows: give --cpu-corpus, "
+                         "--cpu-min-rows and --cpu-max-rows as the data was collected")
     frame = frame[frame["matrix"].isin(known)]
     groups = [g for g in groups_from_frame(frame, space=cpu, matrices=known, op=op) if len(g.configs) >= 2]
     train_names, val_names, _ = split_by_matrix([g.name for g in groups], seed=0)  # pretrain.py's split

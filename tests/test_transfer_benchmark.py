@@ -296,3 +296,16 @@ def test_xgboost_refit_boosts_the_chosen_rounds_on_finetune_and_validation(monke
     params = bench.dataclasses.replace(params, refit=False)
     bench.xgboost_on_validation(Recorder(), ["f1", "f2"], ["v1"], None, params)
     assert all(groups == ["f1", "f2"] for _, groups in Recorder.calls)
+
+
+def test_cpu_data_of_another_corpus_is_a_clear_error(tmp_path, monkeypatch):
+    """The corpus draws each matrix's size from its row bounds, so other bounds name other matrices: a CPU
+    dataset that shares no matrix with the given corpus is an error that says so, not an empty source."""
+    import argparse
+
+    bench = _load_benchmark(monkeypatch)
+    data = Path(__file__).resolve().parents[1] / "data" / "cpu_spmm_2t"
+    args = argparse.Namespace(cpu_data=str(data), cpu_corpus="synthetic:3:2026", cpu_min_rows=1000,
+                              cpu_max_rows=2000)
+    with pytest.raises(ValueError, match=r"none of the 196 matrices .* --cpu-max-rows"):
+        bench.cpu_source("spmm", bench.SIZES["test"], args, tmp_path, progress=False)
