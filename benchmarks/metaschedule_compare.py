@@ -14,7 +14,7 @@ seed measures), so every method's curve is one search, as a tuner's user sees it
 Three scores per (method, trials), geomeans over matrices:
 - record: the search's own record of its best, against the best any search recorded
   on that matrix;
-- re-timed: each search's `--finalists` (4) fastest records at every trial count are
+- re-timed: each search's `--finalists` (8, as `tune_sparse`) fastest records at every trial count are
   built once per matrix, their outputs checked against scipy, and timed in
   `--retime-rounds` (5) rounds with the order rotated each round; the record's pick at
   its median over rounds, against the best median of that matrix;
@@ -331,7 +331,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1, help="search seed (>= 1)")
     parser.add_argument("--pretrained-dir", type=Path, default=None)
-    parser.add_argument("--finalists", type=int, default=4,
+    parser.add_argument("--finalists", type=int, default=8,
                         help="each search's fastest records re-timed; the fastest of them is its confirmed pick")
     parser.add_argument("--retime-rounds", type=int, default=5,
                         help="rounds of re-timing every pick side by side (0: none, no best fixed config)")

@@ -672,14 +672,15 @@ def _target(target, num_threads: int, mcpu: str | None):
 
 def tune_sparse(op: str | Op, matrix: sp.csr_matrix, *, feat: int = 128, target="llvm", max_trials: int,
                 cost_model=None, work_dir: str | os.PathLike, num_threads: int | None = None, seed: int = 1,
-                mcpu: str | None = None, pretrained_root: str | os.PathLike | None = None, finalists: int = 4,
+                mcpu: str | None = None, pretrained_root: str | os.PathLike | None = None, finalists: int = 8,
                 rounds: int = 3) -> MetaScheduleResult:
     """Tune `op` on `matrix` with MetaSchedule; return the fastest of its best records, confirmed side by side.
 
     The `finalists` fastest records of distinct configs whose output matches scipy are timed again, side
     by side in this process (`rounds` rounds, the order rotated), and the lowest median is the result:
     the search's records come from measurements seconds to minutes apart, and on a shared machine the
-    same config's record moves more than the gap between the best configs.
+    same config's record moves more than the gap between the best configs. 8 finalists, not 4: with 4, a
+    good config whose record was slow fell out of a 32-trial search's shortlist (docs/metaschedule.md).
 
     Parameters
     ----------
