@@ -42,11 +42,9 @@ log = logging.getLogger("pick_distance")
 DEFAULT_MODELS = ("{op}-spade", "{op}-cpu-2t", "{op}-cpu")
 
 
-def tune_like(group, scores, space, model, k: int, distance: int) -> float:
+def tune_like(configs, times, scores, space, model, k: int, distance: int) -> float:
     """Best of the baseline, the model's first best fixed config and k - 1 diverse picks (what
-    `tuner.pick_top` has `tune` measure), over the oracle."""
-    configs = list(group.configs)
-    times = np.asarray(group.times_ms, dtype=np.float64)
+    `tuner.pick_top` has `tune` measure), over the oracle; `times` and `scores` in `configs` order."""
     ranked = [configs[i] for i in np.argsort(scores, kind="stable")]
     baseline = space.baseline()
     picks, _ = pick_top(model, space, ranked, measured={baseline}, top_k=k, fixed=1, min_distance=distance)
@@ -67,7 +65,7 @@ def score_split(groups, model, space, *, feat: int, ks, distances) -> dict:
             for k in ks:
                 t = diverse_top_k_time(times, scores, configs, k, d, baseline)
                 fractions[d].setdefault(f"top{k}", []).append(oracle / t)
-            fractions[d].setdefault("tune", []).append(tune_like(g, scores, space, model, max(ks), d))
+            fractions[d].setdefault("tune", []).append(tune_like(configs, times, scores, space, model, max(ks), d))
     return {d: {key: geomean(v) for key, v in cols.items()} for d, cols in fractions.items()}
 
 

@@ -1,6 +1,7 @@
 """The examples run as a user runs them (in a subprocess), against tiny stand-ins for the shipped models."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -276,8 +277,8 @@ def test_metaschedule_compare_per_matrix_pool_retimes_only_own_picks(monkeypatch
     import cognate_tvm.metaschedule as msc
 
     bench = _load_benchmark("metaschedule_compare.py")
-    config = CPUSpace("spmm").baseline().to_json()
-    other = CPUSpace("spmm").baseline().__class__(**{**CPUSpace("spmm").baseline().to_dict(), "i_tile": 1}).to_json()
+    baseline = CPUSpace("spmm").baseline()
+    config, other = baseline.to_json(), dataclasses.replace(baseline, i_tile=1).to_json()
     views = [{"matrix": "m0", "config": config, "finalists": [config]},
              {"matrix": "m1", "config": other, "finalists": [other, config]}]
     assert bench.picked(views) == sorted({config, other}) and bench.picked(views[:1]) == [config]
@@ -294,11 +295,12 @@ def test_metaschedule_compare_per_matrix_pool_retimes_only_own_picks(monkeypatch
     monkeypatch.setattr(msc, "device_inputs", lambda *a, **k: [])
     monkeypatch.setattr(msc, "schedule_config", lambda op, matrix, feat, c, workers: c.to_json())
     monkeypatch.setattr(msc, "time_side_by_side", lambda kernels, rounds: [[1.0] * rounds for _ in kernels])
-    matrices = [("m0", sp.random(10, 10, density=0.3, format="csr")), ("m1", sp.random(20, 20, density=0.3, format="csr"))]
+    matrices = [(name, sp.random(n, n, density=0.3, format="csr")) for name, n in (("m0", 10), ("m1", 20))]
     for per_matrix, expected in ((True, {(10, config), (20, other), (20, config)}),
                                  (False, {(10, config), (10, other), (20, other), (20, config)})):
         built.clear()
         times = bench.retime_configs(views, matrices, op="spmm", feat=8, threads=1, rounds=2,
                                      path=tmp_path / f"retimed_{per_matrix}.jsonl", per_matrix=per_matrix)
         assert set(built) == expected and len(built) == len(expected)
-        assert {(m, c) for m, row in times.items() for c in row} == {("m0" if n == 10 else "m1", c) for n, c in expected}
+        rows_of = {"m0": 10, "m1": 20}
+        assert {(rows_of[m], c) for m, row in times.items() for c in row} == expected

@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> tuple[dict, tuner.TuneResult | None]:
         return report, None
     tuned = tuner.tune(op, matrix, backend=backend, feat=args.feat, model=model, model_source=source,
                        pretrained_root=args.pretrained_dir, budget=args.budget, top_k=args.top_k,
-                       fixed=args.fixed, seed=args.seed, diversity=args.diversity, oracle=args.oracle, oracle_sample=args.oracle_sample,
-                       name=Path(args.matrix).stem, progress=not args.quiet)
+                       fixed=args.fixed, seed=args.seed, diversity=args.diversity, oracle=args.oracle,
+                       oracle_sample=args.oracle_sample, name=Path(args.matrix).stem, progress=not args.quiet)
     if args.save_model is not None:
         tuned.model.save(args.save_model)
     vendor = tuner.vendor_report(backend, op, matrix, args.feat, args.seed) if args.vendor else None
