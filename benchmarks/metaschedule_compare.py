@@ -202,6 +202,20 @@ def add_retimed(views: list[dict], times: dict) -> None:
         v["retimed_best_ms"] = best_retimed_ms(times, v["matrix"])
 
 
+def record_drift(searches: list[dict], times: dict, methods) -> dict:
+    """{method: how its searches' records compare with the re-timing: the ratio of each logged record
+    to its config's re-timed median on that matrix (``n``, ``median``, ``p10``, ``p90``; None with no
+    re-timed config)}. Above 1: the runner recorded the config slower than the side-by-side re-timing."""
+    out = {}
+    for method in methods:
+        ratios = [ms / times[r["matrix"]][config] for r in searches if r["method"] == method
+                  for config, ms in r.get("trials_log", ()) if ms and times.get(r["matrix"], {}).get(config)]
+        out[method] = ({"n": len(ratios), "median": float(np.median(ratios)),
+                        "p10": float(np.percentile(ratios, 10)), "p90": float(np.percentile(ratios, 90))}
+                       if ratios else None)
+    return out
+
+
 def fractions_table(rows: list[dict], methods, trials, key: str) -> dict:
     """{method@trials: geomean of the rows' `key` fractions, runs, failed}."""
     table = {}
@@ -289,6 +303,11 @@ def markdown(summary: dict, methods, trials) -> str:
                  else "")
               + (f"; finalists confirmed: {reach(summary['trials_to_goal_confirmed'])}"
                  if summary.get("trials_to_goal_confirmed") else "")]
+    drift = {m: d for m, d in (summary.get("record_drift") or {}).items() if d}
+    if drift:
+        lines += ["", "Each logged record / its config's re-timed median on that matrix (median [p10, p90], "
+                  "records): " + "; ".join(f"{m}: {d['median']:.2f} [{d['p10']:.2f}, {d['p90']:.2f}], {d['n']}"
+                                           for m, d in drift.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -375,7 +394,8 @@ def main(argv=None) -> int:
         fixed = None if args.per_matrix_pool else best_fixed_leave_one_out(times)
         add_retimed(views, times)
     summary = summarize(views, args.methods, trials, fixed)
-    summary.update(retime_rounds=args.retime_rounds, finalists=args.finalists, runs=views)
+    summary.update(retime_rounds=args.retime_rounds, finalists=args.finalists, runs=views,
+                   record_drift=record_drift(searches, times, args.methods) if args.retime_rounds else None)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     (args.out / "summary.md").write_text(markdown(summary, args.methods, trials))
     plot(summary, args.methods, trials, args.out / "metaschedule_compare.png")

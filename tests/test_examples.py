@@ -251,6 +251,21 @@ def test_metaschedule_compare_scores_record_retimed_and_confirmed_picks():
     assert "re-timed" in bench.markdown(summary, ["cognate", "xgb"], [8, 16])
 
 
+def test_metaschedule_compare_record_drift_compares_records_with_the_retiming():
+    bench = _load_benchmark("metaschedule_compare.py")
+    searches = [dict(_ms_search([["a", 2.0], ["b", None], ["c", 9.0], ["b", 3.0]]), matrix="m", method="cognate"),
+                dict(_ms_search([["a", 1.0]]), matrix="n", method="cognate"),
+                dict(_ms_search([["a", 1.0]]), matrix="m", method="random")]
+    times = {"m": {"a": 1.0, "b": 2.0}, "n": {"a": 4.0}}  # "c" was never re-timed
+    drift = bench.record_drift(searches, times, ["cognate", "random", "xgb"])
+    assert drift["cognate"]["n"] == 3 and drift["cognate"]["median"] == pytest.approx(1.5)  # 2/1, 3/2, 1/4
+    assert drift["cognate"]["p10"] == pytest.approx(0.5) and drift["random"] == {"n": 1, "median": 1.0,
+                                                                                "p10": 1.0, "p90": 1.0}
+    assert drift["xgb"] is None
+    summary = dict(bench.summarize([], ["cognate"], [8]), record_drift=drift)
+    assert "cognate: 1.50 [0.50," in bench.markdown(summary, ["cognate"], [8])
+
+
 def test_metaschedule_compare_retimes_every_pick_in_rounds_and_resumes(tmp_path):
     bench = _load_benchmark("metaschedule_compare.py")
     from cognate_tvm import metaschedule as msc

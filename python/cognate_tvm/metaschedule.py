@@ -71,6 +71,10 @@ from .errors import InvalidConfigError, ShapeError, UnknownKindError
 from .ops import Op, get_op
 from .space import cpu as cpu_space
 from .space.cpu import CPUConfig, CPUSpace
+from .tvm_intrinsics import load_tensor_intrinsics
+
+# every TuneContext imports TVM's tensor intrinsics: minutes with inspect's own stack, seconds with ours
+load_tensor_intrinsics()
 
 log = logging.getLogger(__name__)
 
@@ -532,8 +536,8 @@ def build_kernel(mod, target, _params=None):
     """LocalBuilder ``f_build``: plain ``tvm.tirx.build``.
 
     MetaSchedule's default build first imports ``tvm.s_tir.tensor_intrin`` in
-    every builder process (10 s on an idle machine, minutes on a loaded one);
-    these kernels use no tensor intrinsics.
+    every builder process (88 s in a fresh process with TVM's ``inspect.stack``
+    calls; ``tvm_intrinsics`` says why); these kernels use no tensor intrinsics.
     """
     return tvm.tirx.build(mod, target=target)
 
