@@ -338,13 +338,18 @@ def plot(summary: dict, methods, trials, path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """The op and the matrix set (`eval_matrices`), shared with runner_drift.py so both see the same matrices."""
     parser.add_argument("--op", default="spmm", choices=["spmm", "sddmm"])
     parser.add_argument("--matrices", type=int, default=5)
     parser.add_argument("--min-rows", type=int, default=4000)
     parser.add_argument("--max-rows", type=int, default=30000)
     parser.add_argument("--feat", type=int, default=128)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_workload_arguments(parser)
     parser.add_argument("--trials", type=int, nargs="+", default=[8, 16, 32])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--threads", type=int, default=2)

@@ -159,12 +159,9 @@ def markdown(summary: dict) -> str:
 
 
 def main(argv=None) -> int:
+    compare = _compare_module()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--op", default="spmm", choices=["spmm", "sddmm"])
-    parser.add_argument("--matrices", type=int, default=5)
-    parser.add_argument("--min-rows", type=int, default=4000)
-    parser.add_argument("--max-rows", type=int, default=30000)
-    parser.add_argument("--feat", type=int, default=128)
+    compare.add_workload_arguments(parser)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--configs", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=4)
@@ -176,7 +173,7 @@ def main(argv=None) -> int:
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # this process's kernels: as the runner's
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
-    matrices = _compare_module().eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows)
+    matrices = compare.eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows)
     times_path = args.out / "times.jsonl"
     rows = [json.loads(line) for line in times_path.read_text().splitlines()] if times_path.is_file() else []
     done = {r["matrix"] for r in rows}  # a matrix's rows are written together: resume after the last one

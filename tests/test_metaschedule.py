@@ -36,7 +36,7 @@ def shipped(tmp_path_factory):
 @pytest.fixture(scope="module")
 def context(matrix):
     """A TuneContext to call the adapter through TVM (it needs TVM's tensor intrinsics, which importing
-    cognate_tvm.metaschedule registered: 7 s, where TuneContext's own import took 3-4 minutes)."""
+    cognate_tvm.metaschedule registered: 7 s, where TuneContext's own import took 170-194 s)."""
     return ms.TuneContext(mod=msc.sparse_module("spmm", matrix, FEAT), target=cpu_target(1), task_name="spmm",
                           num_threads=1)
 
