@@ -35,8 +35,9 @@ def shipped(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def context(matrix):
-    """A TuneContext to call the adapter through TVM (it needs TVM's tensor intrinsics, which importing
-    cognate_tvm.metaschedule registered: 7 s, where TuneContext's own import took 170-194 s)."""
+    """A TuneContext to call the adapter through TVM (it imports TVM's tensor intrinsics: 7 s when
+    registered first as CognateModel and tune_sparse do, 170-194 s when TuneContext imports them)."""
+    msc.load_tensor_intrinsics()
     return ms.TuneContext(mod=msc.sparse_module("spmm", matrix, FEAT), target=cpu_target(1), task_name="spmm",
                           num_threads=1)
 

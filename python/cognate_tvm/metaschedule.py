@@ -73,9 +73,6 @@ from .space import cpu as cpu_space
 from .space.cpu import CPUConfig, CPUSpace
 from .tvm_intrinsics import load_tensor_intrinsics
 
-# every TuneContext imports TVM's tensor intrinsics: minutes with inspect's own stack, seconds with ours
-load_tensor_intrinsics()
-
 log = logging.getLogger(__name__)
 
 # The sampled knobs, in the order the space draws them (and the trace records them).
@@ -386,6 +383,10 @@ class CognateModel(ms.cost_model.PyCostModel):
                  matrix: sp.csr_matrix | None = None, feat: int | None = None):
         if finetune_after < 0:
             raise ValueError(f"finetune_after must be >= 0, got {finetune_after}")
+        # the TuneContext this model goes into imports TVM's tensor intrinsics: minutes with inspect's
+        # own stack, seconds with ours. Here, not at import: MetaSchedule's builder and runner workers
+        # import this module for build_kernel and alloc_sparse_arguments, and need no intrinsics
+        load_tensor_intrinsics()
         self.model = model
         self.pretrained_root = pretrained_root
         self.finetune_after = int(finetune_after)
@@ -714,6 +715,7 @@ def tune_sparse(op: str | Op, matrix: sp.csr_matrix, *, feat: int = 128, target=
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     matrix = sp.csr_matrix(matrix, dtype=np.float32)
+    load_tensor_intrinsics()  # before tune_tir's TuneContext (see CognateModel), whatever the cost model
     if cost_model is None:
         cost_model = CognateModel(pretrained_root=pretrained_root)
     if isinstance(cost_model, CognateModel):
