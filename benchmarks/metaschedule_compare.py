@@ -202,6 +202,13 @@ def add_retimed(views: list[dict], times: dict) -> None:
         v["retimed_best_ms"] = best_retimed_ms(times, v["matrix"])
 
 
+def quantiles(values) -> dict:
+    """``n``, ``median``, ``p10`` and ``p90`` of `values` (a non-empty sequence of floats)."""
+    values = np.asarray(values, dtype=float)
+    return {"n": int(values.size), "median": float(np.median(values)), "p10": float(np.percentile(values, 10)),
+            "p90": float(np.percentile(values, 90))}
+
+
 def record_drift(searches: list[dict], times: dict, methods) -> dict:
     """{method: how its searches' records compare with the re-timing: the ratio of each logged record
     to its config's re-timed median on that matrix (``n``, ``median``, ``p10``, ``p90``; None with no
@@ -210,9 +217,7 @@ def record_drift(searches: list[dict], times: dict, methods) -> dict:
     for method in methods:
         ratios = [ms / times[r["matrix"]][config] for r in searches if r["method"] == method
                   for config, ms in r.get("trials_log", ()) if ms and times.get(r["matrix"], {}).get(config)]
-        out[method] = ({"n": len(ratios), "median": float(np.median(ratios)),
-                        "p10": float(np.percentile(ratios, 10)), "p90": float(np.percentile(ratios, 90))}
-                       if ratios else None)
+        out[method] = quantiles(ratios) if ratios else None
     return out
 
 

@@ -36,6 +36,7 @@ from tqdm import tqdm
 log = logging.getLogger("runner_drift")
 
 
+@functools.cache
 def _compare_module():
     """metaschedule_compare.py's matrices: the same generator and seeds."""
     spec = importlib.util.spec_from_file_location("metaschedule_compare",
@@ -64,8 +65,8 @@ def sample_configs(op: str, matrix, feat: int, threads: int, count: int, seed: i
 
 
 class RunnerPath:
-    """Kernels built by MetaSchedule's LocalBuilder and timed by its LocalRunner, set up as
-    `tune_sparse` sets them up."""
+    """Kernels built by MetaSchedule's LocalBuilder and timed by its LocalRunner, as `tune_sparse`'s
+    searches measure (`metaschedule.builder_and_runner`)."""
 
     def __init__(self, op: str, matrix, feat: int, threads: int, work_dir: Path):
         from tvm.s_tir import meta_schedule as ms
@@ -74,11 +75,7 @@ class RunnerPath:
 
         self.ms = ms
         inputs = msc.save_sparse_arguments(op, matrix, feat, work_dir / "inputs.npz")
-        self.builder = ms.builder.LocalBuilder(max_workers=1, f_build=msc.build_kernel)
-        self.runner = ms.runner.LocalRunner(
-            evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=3, min_repeat_ms=20),
-            f_alloc_argument=functools.partial(msc.alloc_sparse_arguments, path=str(inputs)),
-            initializer=functools.partial(msc._set_num_threads, threads))
+        self.builder, self.runner = msc.builder_and_runner(inputs, threads)
 
     def build(self, mods, target) -> list:
         results = self.builder.build([self.ms.builder.BuilderInput(mod, target) for mod in mods])
@@ -101,6 +98,7 @@ class RunnerPath:
 def measure_matrix(name, matrix, *, op, feat, threads, configs, rounds, seed) -> list[dict]:
     """Every sampled config of `matrix` timed both ways in each round, the order rotated."""
     from cognate_tvm.kernels.cpu import cpu_target
+    from cognate_tvm.backends.base import rotated_order
     from cognate_tvm.metaschedule import BuiltKernel, device_inputs
 
     target = cpu_target(threads)
@@ -115,18 +113,11 @@ def measure_matrix(name, matrix, *, op, feat, threads, configs, rounds, seed) ->
     with tempfile.TemporaryDirectory() as work_dir:
         runner = RunnerPath(op, matrix, feat, threads, Path(work_dir))
         artifacts = runner.build([mod for _, mod in picks], target)
-        order = list(range(len(picks)))
         for r in range(rounds):
-            for n in order[r % len(order):] + order[:r % len(order)]:
+            for n in rotated_order(len(picks), r):
                 rows.append({"matrix": name, "config": picks[n][0].to_json(), "round": r,
                              "runner_ms": runner.time_ms(artifacts[n]), "process_ms": in_process[n].time_ms()})
     return rows
-
-
-def _stats(values) -> dict:
-    values = np.asarray(values, dtype=float)
-    return {"n": int(values.size), "median": float(np.median(values)), "p10": float(np.percentile(values, 10)),
-            "p90": float(np.percentile(values, 90))}
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -139,7 +130,7 @@ def summarize(rows: list[dict]) -> dict:
         return float(np.median([max(t) / min(t) for t in by_config.values()]))
 
     def block(subset):
-        return {"ratio": _stats([r["runner_ms"] / r["process_ms"] for r in subset]),
+        return {"ratio": _compare_module().quantiles([r["runner_ms"] / r["process_ms"] for r in subset]),
                 "runner_spread": spread(subset, "runner_ms"), "process_spread": spread(subset, "process_ms")}
 
     names = list(dict.fromkeys(r["matrix"] for r in rows))

@@ -265,3 +265,20 @@ def test_kernels_of_one_matrix_share_their_inputs(op, matrix):
         assert kernel.correct()
     own = msc.BuiltKernel(op, msc.schedule_config(op, matrix, FEAT, config, workers=2), matrix, FEAT, target)
     assert [a.numpy().tobytes() for a in own.args] == [a.numpy().tobytes() for a in inputs]
+
+
+def test_time_side_by_side_rotates_the_order_every_round():
+    calls = []
+
+    class Timed:
+        def __init__(self, n):
+            self.n = n
+
+        def time_ms(self):
+            calls.append(self.n)
+            return float(self.n)
+
+    samples = msc.time_side_by_side([Timed(0), Timed(1), Timed(2)], 4)
+    assert calls == [0, 1, 2, 1, 2, 0, 2, 0, 1, 0, 1, 2]
+    assert samples == [[0.0] * 4, [1.0] * 4, [2.0] * 4]
+    assert msc.time_side_by_side([], 3) == []

@@ -65,7 +65,7 @@ import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
-from .backends.base import WRONG_OUTPUT, check_output
+from .backends.base import WRONG_OUTPUT, check_output, rotated_order
 from .data import Group
 from .errors import InvalidConfigError, ShapeError, UnknownKindError
 from .ops import Op, get_op
@@ -585,11 +585,10 @@ class BuiltKernel:
 
 def time_side_by_side(kernels: Sequence[BuiltKernel], rounds: int) -> list[list[float]]:
     """Each kernel's time in ms in each of `rounds` rounds that time them all, the order rotated every
-    round (so none always runs first while the machine's speed drifts)."""
+    round (`rotated_order`)."""
     samples: list[list[float]] = [[] for _ in kernels]
-    order = list(range(len(kernels)))
     for r in range(rounds):
-        for n in order[r % len(order):] + order[:r % len(order)] if order else []:
+        for n in rotated_order(len(kernels), r):
             samples[n].append(kernels[n].time_ms())
     return samples
 
@@ -675,6 +674,20 @@ def _target(target, num_threads: int, mcpu: str | None):
     return target
 
 
+def builder_and_runner(inputs: str | os.PathLike, num_threads: int) -> tuple:
+    """MetaSchedule's LocalBuilder (plain `build_kernel`) and LocalRunner (the workload's real inputs from the
+    `.npz` at `inputs`, kernels on `num_threads` threads), as `tune_sparse`'s searches measure."""
+    runner = ms.runner.LocalRunner(
+        # 3 repeats (each >= 20 ms), their mean the record: with 1, one noisy sample on a shared machine
+        # decided a record, and the search's ranking of its own measurements
+        evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=3, min_repeat_ms=20),
+        f_alloc_argument=functools.partial(alloc_sparse_arguments, path=str(inputs)),
+        initializer=functools.partial(_set_num_threads, num_threads))
+    builder = ms.builder.LocalBuilder(max_workers=max(1, num_threads), timeout_sec=BUILD_TIMEOUT_S,
+                                      f_build=build_kernel)
+    return builder, runner
+
+
 def tune_sparse(op: str | Op, matrix: sp.csr_matrix, *, feat: int = 128, target="llvm", max_trials: int,
                 cost_model=None, work_dir: str | os.PathLike, num_threads: int | None = None, seed: int = 1,
                 mcpu: str | None = None, pretrained_root: str | os.PathLike | None = None, finalists: int = 8,
@@ -722,14 +735,7 @@ def tune_sparse(op: str | Op, matrix: sp.csr_matrix, *, feat: int = 128, target=
         cost_model.set_workload(op, matrix, feat, num_threads=num_threads)
     inputs = save_sparse_arguments(op, matrix, feat, work_dir / f"{op.name}_inputs.npz")
     mod = sparse_module(op, matrix, feat)
-    runner = ms.runner.LocalRunner(
-        # 3 repeats (each >= 20 ms), their mean the record: with 1, one noisy sample on a shared machine
-        # decided a record, and the search's ranking of its own measurements
-        evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=3, min_repeat_ms=20),
-        f_alloc_argument=functools.partial(alloc_sparse_arguments, path=str(inputs)),
-        initializer=functools.partial(_set_num_threads, num_threads))
-    builder = ms.builder.LocalBuilder(max_workers=max(1, num_threads), timeout_sec=BUILD_TIMEOUT_S,
-                                      f_build=build_kernel)
+    builder, runner = builder_and_runner(inputs, num_threads)
     variant_list = variants(op, feat)
     trial_log = TrialLog(variant_list)
     with _named_log_handlers():

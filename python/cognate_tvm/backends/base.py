@@ -193,6 +193,12 @@ def pick_checked(backend: Backend, op: Op, matrix: sp.csr_matrix, results: Seque
     return CheckedPick(best=None, beside=None, rejected=rejected)
 
 
+def rotated_order(count: int, round_index: int) -> list[int]:
+    """0..count-1 rotated by `round_index`: the order of one round of side-by-side timing, so that none
+    always runs first on a machine whose speed drifts."""
+    return [(n + round_index) % count for n in range(count)]
+
+
 def time_side_by_side(backend: Backend, op: Op | str, matrix: sp.csr_matrix, configs: Sequence[Config], feat: int,
                       *, rounds: int, seed: int = 0, check_first: bool = False) -> list[dict]:
     """`rounds` backend calls that each measure all `configs`, the order rotated every round (so
@@ -201,7 +207,7 @@ def time_side_by_side(backend: Backend, op: Op | str, matrix: sp.csr_matrix, con
     configs = list(dict.fromkeys(configs))
     out = []
     for n in range(rounds):
-        order = configs[n % len(configs):] + configs[:n % len(configs)]
+        order = [configs[i] for i in rotated_order(len(configs), n)]
         results = backend.measure(op, matrix, order, feat, check=check_first and n == 0, seed=seed)
         out.append({r.config: r for r in results})
     return out
