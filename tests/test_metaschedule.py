@@ -118,10 +118,20 @@ def test_adapter_with_no_arguments_loads_the_shipped_model(matrix, shipped, cont
     scores = adapter.predict(context, cands)
     assert scores.dtype == np.float64 and scores.shape == (len(cands),) and np.isfinite(scores).all()
     configs = adapter.decode(cands)
-    np.testing.assert_allclose(scores, -reference.predict(matrix, configs, space=CPUSpace("spmm"), feat=FEAT),
-                               rtol=1e-6)
+    np.testing.assert_allclose(scores, msc.merit(reference.predict(matrix, configs, space=CPUSpace("spmm"),
+                                                                   feat=FEAT)), rtol=1e-6)
     with pytest.raises(PretrainedNotFoundError, match="shipped: none"):
         msc.CognateModel(pretrained_root=shipped / "none").set_workload("spmm", matrix, FEAT)
+
+
+def test_merit_is_positive_and_keeps_the_models_order():
+    """MetaSchedule clips predictions below 0 to 0: every score must map above 0, in the model's order."""
+    scores = np.array([-50.0, -3.0, -0.2, -1e-9, 0.0, 1e-9, 0.4, 2.5, 3.6, msc.OUTSIDE_CANDIDATES + 3.0])
+    merits = msc.merit(scores)
+    assert merits.dtype == np.float64 and (merits > 0).all()
+    assert (np.diff(merits) < 0).all()  # strictly: lower score (faster) = higher merit
+    assert msc.merit(np.array([0.0]))[0] == 1.0
+    np.testing.assert_allclose(msc.merit(np.array([-1e-12, 1e-12])), 1.0)  # no jump at 0
 
 
 def test_adapter_ranks_configs_outside_the_thread_counts_candidates_last(matrix, shipped, context):
@@ -188,6 +198,15 @@ def test_tune_sparse_end_to_end(op, matrix, shipped, tmp_path, monkeypatch):
         return len(checked) > 1 and real_check(kernel)
 
     monkeypatch.setattr(msc.BuiltKernel, "correct", first_is_wrong)
+    scored_before_measuring = {}  # every config the model scored before the first batch came back
+    real_update = msc.CognateModel._cls.update
+
+    def update(self, context, candidates, results):
+        if not scored_before_measuring:
+            scored_before_measuring.update(self._scores)
+        return real_update(self, context, candidates, results)
+
+    monkeypatch.setattr(msc.CognateModel._cls, "update", update)
     adapter = msc.CognateModel(pretrained_root=shipped, finetune_after=8, finetune_epochs=2)
     result = msc.tune_sparse(op, matrix, feat=FEAT, max_trials=8, cost_model=adapter, work_dir=tmp_path,
                              num_threads=2, finalists=3, rounds=2)
@@ -215,6 +234,12 @@ def test_tune_sparse_end_to_end(op, matrix, shipped, tmp_path, monkeypatch):
     assert len(result.database.get_all_tuning_records()) == result.records
     # every measurement, in search order: the database's records (sorted by time) are among them
     assert len(result.trials) == 8
+    # the first batch is the model's 8 best of all it scored (ties allowed at the edge): MetaSchedule
+    # clips predictions below 0, and with -score as the prediction it measured arbitrary draws
+    measured = {c for c, _ in result.trials}
+    ranked = sorted(scored_before_measuring.values())
+    assert len(ranked) > 8 and measured <= set(scored_before_measuring)
+    assert max(scored_before_measuring[c] for c in measured) <= ranked[7]
     logged = {c for c, t in result.trials if t is not None}
     assert result.config in logged and len(logged) >= 2
     with pytest.raises(ValueError, match="finalists"):

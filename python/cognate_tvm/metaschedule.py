@@ -360,6 +360,18 @@ def record_ms(run_secs) -> float:
 OUTSIDE_CANDIDATES = 1e3
 
 
+def merit(scores: np.ndarray) -> np.ndarray:
+    """The model's scores (lower = faster, any sign) as MetaSchedule's predictions (> 0, higher = faster).
+
+    The evolutionary search clips every prediction below 0 to 0 (``PredictNormalizedScore``) and
+    samples its next population in proportion to them. The shipped models score most configs above 0,
+    so with plain -score the search met ties and measured whichever draws came first, not the model's
+    picks. This map is fixed (predictions of separate calls share one heap), strictly
+    decreasing and positive: 1 / (1 + s) for s >= 0, 1 - s below (both 1 at 0)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    return np.where(scores >= 0, 1.0 / (1.0 + np.abs(scores)), 1.0 - scores)
+
+
 @derived_object
 class CognateModel(ms.cost_model.PyCostModel):
     """MetaSchedule cost model backed by a `CognateCostModel` (a thin adapter).
@@ -440,13 +452,13 @@ class CognateModel(ms.cost_model.PyCostModel):
         return configs
 
     def predict(self, context, candidates) -> np.ndarray:
-        """-score of each candidate (higher = predicted faster), float64."""
+        """Each candidate's merit, float64, > 0 and higher = predicted faster: `merit` of the model's score."""
         configs = self.decode(candidates)
         todo = list(dict.fromkeys(c for c in configs if c not in self._scores))
         if todo:
             scores = self.model.predict(self.matrix, todo, space=self.space, feat=self.feat)
             self._scores.update(zip(todo, (float(s) + self._outside_penalty(c) for c, s in zip(todo, scores))))
-        return np.array([-self._scores[c] for c in configs], dtype=np.float64)
+        return merit(np.array([self._scores[c] for c in configs], dtype=np.float64))
 
     def _outside_penalty(self, config: CPUConfig) -> float:
         """OUTSIDE_CANDIDATES for a config that is not a candidate at the workload's thread count, else 0."""
