@@ -369,6 +369,7 @@ def merit(scores: np.ndarray) -> np.ndarray:
     picks. This map is fixed (predictions of separate calls share one heap), strictly
     decreasing and positive: 1 / (1 + s) for s >= 0, 1 - s below (both 1 at 0)."""
     scores = np.asarray(scores, dtype=np.float64)
+    # np.where computes both branches: abs keeps the unused one finite where s <= -1
     return np.where(scores >= 0, 1.0 / (1.0 + np.abs(scores)), 1.0 - scores)
 
 
