@@ -319,3 +319,52 @@ def test_metaschedule_compare_per_matrix_pool_retimes_only_own_picks(monkeypatch
         assert set(built) == expected and len(built) == len(expected)
         rows_of = {"m0": 10, "m1": 20}
         assert {(rows_of[m], c) for m, row in times.items() for c in row} == expected
+
+
+def test_metaschedule_fixed_fractions_score_one_config_on_every_matrix():
+    bench = _load_benchmark("metaschedule_compare.py")
+    times = {"m0": {"a": 1.0, "b": 2.0}, "m1": {"a": 4.0, "b": 2.0}, "m2": {"a": 3.0, "b": None}}
+    assert bench.fixed_fractions(times, "b") == pytest.approx({"m0": 0.5, "m1": 1.0, "m2": 0.0})
+
+
+def test_metaschedule_compare_takes_the_fixed_config_the_shipped_model_keeps(tmp_path):
+    from cognate_tvm import metaschedule as msc
+
+    bench = _load_benchmark("metaschedule_compare.py")
+    cpu = CPUSpace("spmm")
+    panel = next(c for c in cpu.candidates(2) if not c.single_panel)  # no MetaSchedule kernel
+    serial = next(c for c in msc.reachable_configs("spmm", 32) if not c.parallel)  # not a 2-thread candidate
+    reachable = next(c for c in msc.reachable_configs("spmm", 32) if c.parallel)
+    model = tiny_cpu_model()
+    model.fixed = {"cpu": [panel.to_json(), serial.to_json(), reachable.to_json()]}
+    ship(model, tmp_path, ops=("spmm",), platform=f"{msc.METASCHEDULE_PLATFORM}-2t")
+    assert bench.shipped_fixed_config("spmm", 32, 2, tmp_path) == reachable.to_json()
+
+
+def test_metaschedule_finetune_at_test_size(shipped, tmp_path):
+    from cognate_tvm import metaschedule as msc
+
+    root = tmp_path / "pretrained"
+    ship(CognateCostModel.load(pretrained_path("spmm", "cpu", root=shipped)), root, ops=("spmm",), platform="cpu-2t")
+    data, out = tmp_path / "data", tmp_path / "out"
+    args = ["--corpus", "synthetic:6:5", "--min-rows", 500, "--max-rows", 900, "--feat", 32, "--uniform", 16,
+            "--top", 2, "--rounds", 1, "--lrs", 1e-3, 2e-3, "--epochs", 2, "--data", data, "--out", out, "--ship",
+            "--pretrained-dir", root, "--quiet"]
+    _run_benchmark("metaschedule_finetune.py", *args)
+    from cognate_tvm.data import load_frame
+
+    frame = load_frame(data)
+    assert frame["matrix"].nunique() == 6 and frame["error"].isna().all() and frame["correct"].all()
+    assert all(json.loads(b)["kernels"] == "metaschedule" for b in frame["backend"].unique())
+    reachable = {c.to_json() for c in msc.reachable_configs("spmm", 32)}
+    assert set(frame["config"]) <= reachable | {CPUSpace("spmm").baseline().to_json()}
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["results"]) == {"finetuned", "shipped", "best_fixed", "random"}
+    assert summary["lr"] in (1e-3, 2e-3) and summary["measurements"] == len(frame)
+    assert sum(len(s) for s in summary["split"]) == 6
+    name = f"spmm-{msc.METASCHEDULE_PLATFORM}-2t"
+    assert (root / name / "MODEL_CARD.md").read_text().startswith("# cognate-tvm cost model of MetaSchedule")
+    assert msc.shipped_platform("spmm", 2, root=root) == msc.METASCHEDULE_PLATFORM
+    # a rerun measures nothing again (the dataset resumes) and ships the same data's model
+    _run_benchmark("metaschedule_finetune.py", *args)
+    assert len(load_frame(data)) == len(frame)

@@ -124,6 +124,26 @@ def test_adapter_with_no_arguments_loads_the_shipped_model(matrix, shipped, cont
         msc.CognateModel(pretrained_root=shipped / "none").set_workload("spmm", matrix, FEAT)
 
 
+def test_adapter_prefers_a_shipped_model_of_metaschedule_kernels(matrix, tmp_path):
+    """`CognateModel()` loads <op>-cpu-metaschedule-<T>t where one ships for the op and thread count, and
+    the CPU model of tune's kernels otherwise (another thread count, another op)."""
+    tune_kernels, ms_kernels = tiny_cpu_model(seed=0), tiny_cpu_model(seed=1)
+    ship(tune_kernels, tmp_path, platform="cpu-2t")
+    ship(ms_kernels, tmp_path, ops=("spmm",), platform=f"{msc.METASCHEDULE_PLATFORM}-2t")
+    configs = msc.reachable_configs("spmm", FEAT)[:20]
+
+    def scores_of(adapter):
+        return adapter.model.predict(matrix, configs, space=CPUSpace("spmm"), feat=FEAT)
+
+    two = msc.CognateModel(pretrained_root=tmp_path).set_workload("spmm", matrix, FEAT, num_threads=2)
+    np.testing.assert_allclose(scores_of(two), ms_kernels.predict(matrix, configs, space=CPUSpace("spmm"),
+                                                                  feat=FEAT), rtol=1e-6)
+    assert two.shipped_platform(2) == msc.METASCHEDULE_PLATFORM and two.shipped_platform(1) == "cpu"
+    sddmm = msc.CognateModel(pretrained_root=tmp_path).set_workload("sddmm", matrix, FEAT, num_threads=2)
+    assert sddmm.shipped_platform(2) == "cpu"
+    assert not np.allclose(scores_of(two), tune_kernels.predict(matrix, configs, space=CPUSpace("spmm"), feat=FEAT))
+
+
 def test_merit_is_positive_and_keeps_the_models_order():
     """MetaSchedule clips predictions below 0 to 0: every score must map above 0, in the model's order."""
     scores = np.array([-50.0, -3.0, -0.2, -1e-9, 0.0, 1e-9, 0.4, 2.5, 3.6, msc.OUTSIDE_CANDIDATES + 3.0])
@@ -307,3 +327,23 @@ def test_time_side_by_side_rotates_the_order_every_round():
     assert calls == [0, 1, 2, 1, 2, 0, 2, 0, 1, 0, 1, 2]
     assert samples == [[0.0] * 4, [1.0] * 4, [2.0] * 4]
     assert msc.time_side_by_side([], 3) == []
+
+
+def test_the_shipped_model_of_metaschedule_kernels_loads_and_is_chosen():
+    """The package ships the SpMM model fine-tuned on MetaSchedule's kernels on 2 threads, with a model card;
+    `CognateModel()` takes it for SpMM on 2 threads and the CPU model of tune's kernels otherwise."""
+    from cognate_tvm.model.pretrained import load_pretrained, pretrained_path
+
+    name = f"{msc.METASCHEDULE_PLATFORM}-2t"
+    model, path = load_pretrained("spmm", name), pretrained_path("spmm", name)
+    assert sum(f.stat().st_size for f in path.iterdir()) < 10 * 2**20
+    assert "Rebuild: `python benchmarks/metaschedule_finetune.py" in (path / "MODEL_CARD.md").read_text()
+    assert msc.shipped_platform("spmm", 2) == msc.METASCHEDULE_PLATFORM
+    assert msc.shipped_platform("spmm", 1) == msc.shipped_platform("sddmm", 2) == "cpu"
+    cpu = CPUSpace("spmm")
+    reachable = [c for c in msc.reachable_configs("spmm", 128) if c in set(cpu.candidates(2))]
+    fixed = model.fixed_configs(cpu)
+    assert len(fixed) == 5 and set(fixed) <= set(reachable)  # its data: MetaSchedule kernels on 2 threads
+    matrix = generate("rmat", 3000, seed=4)
+    scores = model.predict(matrix, reachable, space=cpu, feat=128)
+    assert np.all(np.isfinite(scores)) and np.unique(scores).size > 100

@@ -90,6 +90,9 @@ SPARSE_INNERMOST = ("j1", "j0", "k0")
 # SDDMM's dense loop is a reduction: TVM vectorizes no reduction loop, and rfactor cannot follow the
 # data-dependent nonzero index, so only the scalar order maps onto a CPU-space config.
 ORDERS = {"spmm": (NONZERO_MAJOR, TILE_MAJOR, SPARSE_INNERMOST), "sddmm": (SPARSE_INNERMOST,)}
+# Shipped models of these kernels (``pretrained/<op>-cpu-metaschedule-<T>t``): fine-tuned from the CPU
+# models on MetaSchedule's own kernels, which time differently from tune's (benchmarks/metaschedule_finetune.py).
+METASCHEDULE_PLATFORM = "cpu-metaschedule"
 
 
 # -- variants and knobs ------------------------------------------------------------------
@@ -373,6 +376,16 @@ def merit(scores: np.ndarray) -> np.ndarray:
     return np.where(scores >= 0, 1.0 / (1.0 + np.abs(scores)), 1.0 - scores)
 
 
+def shipped_platform(op: str | Op, num_threads: int | None, *, root: str | os.PathLike | None = None) -> str:
+    """The shipped models that `CognateModel()` loads for `op` on `num_threads`: those of MetaSchedule's
+    kernels when one ships for the op at this thread count, else the CPU models of tune's kernels (the
+    thread count matters more: a model of 2-thread timings never saw a serial kernel)."""
+    from .model.pretrained import available_pretrained, threaded_platform
+
+    wanted = (get_op(op).name, threaded_platform(METASCHEDULE_PLATFORM, num_threads))
+    return METASCHEDULE_PLATFORM if wanted in available_pretrained(root=root) else "cpu"
+
+
 @derived_object
 class CognateModel(ms.cost_model.PyCostModel):
     """MetaSchedule cost model backed by a `CognateCostModel` (a thin adapter).
@@ -387,12 +400,15 @@ class CognateModel(ms.cost_model.PyCostModel):
     finetune_after : fine-tune once this many new successful measurements have
         arrived (0 disables fine-tuning).
     finetune_epochs : epochs of each fine-tune (default: the model's own setting).
+    platform : the shipped models to load when `model` is None: ``"cpu"`` (trained on tune's
+        kernels) or `METASCHEDULE_PLATFORM` (fine-tuned on MetaSchedule's); None (default): the
+        latter where one ships for the op and thread count, else the former.
     op, matrix, feat : the workload, when known up front (else `set_workload`,
         which `tune_sparse` calls).
     """
 
     def __init__(self, model=None, *, pretrained_root: str | os.PathLike | None = None, finetune_after: int = 8,
-                 finetune_epochs: int | None = None, op: str | Op | None = None,
+                 finetune_epochs: int | None = None, platform: str | None = None, op: str | Op | None = None,
                  matrix: sp.csr_matrix | None = None, feat: int | None = None):
         if finetune_after < 0:
             raise ValueError(f"finetune_after must be >= 0, got {finetune_after}")
@@ -404,6 +420,9 @@ class CognateModel(ms.cost_model.PyCostModel):
         self.pretrained_root = pretrained_root
         self.finetune_after = int(finetune_after)
         self.finetune_epochs = finetune_epochs
+        if platform not in (None, "cpu", METASCHEDULE_PLATFORM):
+            raise UnknownKindError("CognateModel platform", platform, ["cpu", METASCHEDULE_PLATFORM])
+        self.platform = platform
         self.op: Op | None = None
         self.matrix: sp.csr_matrix | None = None
         self.feat: int | None = None
@@ -433,12 +452,16 @@ class CognateModel(ms.cost_model.PyCostModel):
         if self.model is None:
             from .tuner import load_shipped_model
 
-            self.model, source, notes = load_shipped_model(self.op.name, "cpu", root=self.pretrained_root,
-                                                           threads=num_threads)
+            self.model, source, notes = load_shipped_model(self.op.name, self.shipped_platform(num_threads),
+                                                           root=self.pretrained_root, threads=num_threads)
             log.info("CognateModel: loaded the shipped %s model %s", self.op.name, source)
             for note in notes:
                 log.warning("CognateModel: %s", note)
         return self
+
+    def shipped_platform(self, num_threads: int | None) -> str:
+        """The shipped models this adapter loads (`platform`, or `shipped_platform` of the op)."""
+        return self.platform or shipped_platform(self.op, num_threads, root=self.pretrained_root)
 
     def _need_workload(self) -> None:
         if self.matrix is None:
@@ -816,18 +839,23 @@ def _finalists(op, mod, records, matrix, feat, target, variant_list, count: int)
     return _Finalists(kernels, records_ms, rejected)
 
 
+def reachable_configs(op: str | Op, feat: int) -> list[CPUConfig]:
+    """The CPU-space configs that the MetaSchedule schedule of `op` reaches at width `feat`, each once,
+    in the order of the variants and their (I, J) draws."""
+    op = get_op(op)
+    variant_list = variants(op, feat)
+    reached = (config_from_knobs({"variant": index, "i_tile": i_tile, "j_tile": j_tile}, variant_list)
+               for index, variant in enumerate(variant_list)
+               for i_tile in cpu_space.I_TILES for j_tile in j_tiles(variant, feat))
+    return list(dict.fromkeys(reached))
+
+
 def space_coverage(op: str | Op, feat: int) -> dict:
     """How much of the CPU space the MetaSchedule schedule of `op` reaches at width `feat`.
 
     Returns {"reached": configs the variants and knobs produce, "space": the CPU
     space's size, "plain_csr": its plain-CSR configs}.
     """
-    op = get_op(op)
-    reached = set()
-    variant_list = variants(op, feat)
-    for index, variant in enumerate(variant_list):
-        for i_tile in cpu_space.I_TILES:
-            for j_tile in j_tiles(variant, feat):
-                reached.add(config_from_knobs({"variant": index, "i_tile": i_tile, "j_tile": j_tile}, variant_list))
     every = CPUSpace(op).configs()
-    return {"reached": len(reached), "space": len(every), "plain_csr": sum(c.single_panel for c in every)}
+    return {"reached": len(reachable_configs(op, feat)), "space": len(every),
+            "plain_csr": sum(c.single_panel for c in every)}
