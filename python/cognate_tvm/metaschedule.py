@@ -7,10 +7,11 @@
 `CognateModel` is a thin `PyCostModel` adapter: it decodes each candidate's
 trace into a :class:`~cognate_tvm.space.cpu.CPUConfig`, asks the wrapped
 :class:`~cognate_tvm.model.cognate.CognateCostModel` for scores, and hands the
-measured times back to its ``finetune``. With no arguments it loads the
-shipped CPU model of the workload's op and thread count
-(``tuner.load_shipped_model``) when the workload becomes known (`tune_sparse`
-tells it; `set_workload` by hand).
+measured times back to its ``finetune``. With no arguments it loads, when the
+workload becomes known (`tune_sparse` tells it; `set_workload` by hand), the
+shipped model of MetaSchedule's kernels for the op and thread count where one
+ships (`shipped_platform`), else the shipped CPU model of the op and thread
+count (``tuner.load_shipped_model``).
 
 The workloads are TensorIR specialized to one matrix (M, K, nnz and N are
 constants, as ``ArgInfo.from_prim_func`` needs), a "row" block per row and an
