@@ -17,7 +17,10 @@ width of the CPU data, on two generated corpora (resumable datasets under
   the baseline per matrix): the target training matrices. For each seed, a
   seeded permutation of the pool gives the n matrices of NTn (the first n) and
   the k fine-tune matrices of TLk (the first k: nested), or, with
-  ``--finetune-draw stratified``, one seeded draw per nnz stratum of the pool.
+  ``--finetune-draw stratified``, one seeded draw per nnz stratum of the pool, or, with
+  ``--finetune-draw diverse``, the matrix nearest each centre of a seeded k-means of the
+  source model's matrix embeddings (free: no simulation chooses them). NTn trains on
+  TLn's matrices where TL has that size.
 
 Every learned method sees the same validation data, which counts in its target
 samples; validation makes every choice (test is only scored):
@@ -27,6 +30,7 @@ samples; validation makes every choice (test is only scored):
   ``freezes`` x ``lrs``, and "head re-initialized" x ``reinit_lrs`` (the config embedding and score head
   re-drawn, so only the featurizer and the knob encoders carry the pre-training: the recipe for a source
   whose costs rank configs unlike the target's), and the epoch (early stopping: best epoch kept);
+  ``--anchors`` adds L2-SP strengths (pull toward the pre-trained weights) to the grid;
 - NTn: the same network trained on n target matrices only (lr from ``nt_lrs``
   and the epoch chosen on validation);
 - WACO+FA (no mapper: raw config fields, no knobs) and WACO+FM (mapper, raw
@@ -79,7 +83,7 @@ import numpy as np
 
 from cognate_tvm import backends, baselines
 from cognate_tvm.collect import config_sample
-from cognate_tvm.data import (Group, collect, groups_from_frame, load_frame, pick_across_sizes, select,
+from cognate_tvm.data import (Group, collect, groups_from_frame, load_frame, pick_across_sizes, pick_diverse, select,
                               split_by_matrix)
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.metrics import evaluate_group, summarize
@@ -130,6 +134,8 @@ class Params:
     lrs: tuple[float, ...] = (5e-4, 2e-3, 5e-3)
     freezes: tuple[tuple[str, ...], ...] = (("featurizer",), ("featurizer", "config"))
     reinit_lrs: tuple[float, ...] = (3e-3, 1e-2)  # "head re-initialized" recipes (() = none)
+    # L2-SP strengths of the fine-tuning recipes (TrainConfig.finetune_anchor): 0 = plain fine-tuning
+    anchors: tuple[float, ...] = (0.0,)
     nt_epochs: int = 100
     nt_lrs: tuple[float, ...] = (3e-3, 1e-2)
     xgb_rounds: tuple[int, ...] = (0, 25, 100, 300)
@@ -221,11 +227,12 @@ def _collect(op: str, entries, count: int, path: Path, params: Params, progress:
     return sorted((g for g in groups if len(g.configs) >= 2), key=lambda g: order[g.name])
 
 
-def finetune_draw(pool: Sequence[Group], k: int, seed: int, draw: str) -> list[Group]:
+def finetune_draw(pool: Sequence[Group], k: int, seed: int, draw: str, embed=None) -> list[Group]:
     """The k fine-tune matrices of a seed: the first k of the seeded permutation that also orders NTn's
-    matrices ("random"), or one seeded draw from each of k nnz strata of the pool ("stratified"), so that
+    matrices ("random"), one seeded draw from each of k nnz strata of the pool ("stratified"), so that
     no seed fine-tunes on small matrices only (run E's seed 2 drew five of <= 11.6k rows and lost its
-    picks on the large test matrices)."""
+    picks on the large test matrices), or the k matrices that cover the source model's matrix
+    embeddings (`embed`: matrix -> vector), one per seeded k-means cluster ("diverse")."""
     if draw == "random":
         order = np.random.default_rng([seed, 7]).permutation(len(pool))
         return [pool[i] for i in order[:k]]
@@ -233,7 +240,13 @@ def finetune_draw(pool: Sequence[Group], k: int, seed: int, draw: str) -> list[G
         names = pick_across_sizes({g.name: g.matrix.nnz for g in pool}, k, seed=seed)
         by_name = {g.name: g for g in pool}
         return [by_name[name] for name in names]
-    raise ValueError(f"unknown fine-tune draw {draw!r}: 'random' or 'stratified'")
+    if draw == "diverse":
+        if embed is None:
+            raise ValueError("the 'diverse' draw needs the source model's matrix embeddings")
+        names = pick_diverse({g.name: embed(g.matrix) for g in pool}, k, seed=seed)
+        by_name = {g.name: g for g in pool}
+        return [by_name[name] for name in names]
+    raise ValueError(f"unknown fine-tune draw {draw!r}: 'random', 'stratified' or 'diverse'")
 
 
 def evaluation_split(op: str, params: Params, root: Path, *, progress: bool) -> tuple[list[Group], list[Group]]:
@@ -391,32 +404,34 @@ def finetune_on_validation(base: CognateCostModel, finetune: Sequence[Group], va
     head re-initialized (featurizer frozen) x ``reinit_lrs``.
     """
     base.encoder_for(spade)  # the SPADE knob encoder: unsupervised, trained once on the whole space
-    grid = [(("everything",), 0.0, 0, False)] + [(tuple(f), lr, params.finetune_epochs, False)
-                                    for f in (params.freezes if freezes is None else freezes) for lr in params.lrs]
-    if freezes is None:
-        grid += [(("featurizer",), lr, params.finetune_epochs, True) for lr in params.reinit_lrs]
+    grid = [(("everything",), 0.0, 0, False, 0.0)] + [
+        (tuple(f), lr, params.finetune_epochs, False, anchor)
+        for f in (params.freezes if freezes is None else freezes) for lr in params.lrs for anchor in params.anchors]
+    if freezes is None:  # a re-drawn head has no pre-trained weights to anchor to
+        grid += [(("featurizer",), lr, params.finetune_epochs, True, 0.0) for lr in params.reinit_lrs]
 
-    def train(freeze, lr, epochs, reinit, groups, val_groups=None) -> CognateCostModel:
+    def train(freeze, lr, epochs, reinit, anchor, groups, val_groups=None) -> CognateCostModel:
         model = reinitialized(base, seed) if reinit else copy.deepcopy(base)
         model.seed = seed
+        model.config = model.config.replace(**{"train.finetune_anchor": anchor})
         if epochs:
             model.finetune(groups, space=spade, freeze=freeze, epochs=epochs, lr=lr, val_groups=val_groups)
         return model
 
     best = None
     tried = []
-    for freeze, lr, epochs, reinit in grid:
-        model = train(freeze, lr, epochs, reinit, finetune, val)
+    for freeze, lr, epochs, reinit, anchor in grid:
+        model = train(freeze, lr, epochs, reinit, anchor, finetune, val)
         metrics = val_score(model, val, spade, params.top_k)
         recipe = {"freeze": list(freeze), "lr": lr, "epochs_max": epochs, "head_reinitialized": reinit,
-                  "epoch_kept": best_epoch(model, epochs), "val": metrics}
+                  "anchor": anchor, "epoch_kept": best_epoch(model, epochs), "val": metrics}
         tried.append(recipe)
         if better(metrics, best, params.select_metric):
             best = (model, recipe)
     model, recipe = best
     if params.refit and epochs_trained(recipe):
         model = train(tuple(recipe["freeze"]), recipe["lr"], epochs_trained(recipe), recipe["head_reinitialized"],
-                      [*finetune, *val])
+                      recipe["anchor"], [*finetune, *val])
     return model, {**recipe, "refit": params.refit, "grid": tried}
 
 
@@ -602,7 +617,8 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
     for seed in (params.seeds[:1] if args.ship_only else params.seeds):
         torch.manual_seed(seed)
         pool = finetune_draw(data.pool, len(data.pool), seed, "random")  # NTn's matrices: the first n
-        drawn = {k: finetune_draw(data.pool, k, seed, params.finetune_draw) for k in {*params.ks, 5}}
+        embed = lambda matrix: cpu_model.embedding(matrix).numpy()  # noqa: E731 (cached per matrix)
+        drawn = {k: finetune_draw(data.pool, k, seed, params.finetune_draw, embed) for k in {*params.ks, 5}}
         five = drawn[5]  # TL5's matrices: also WACO+FA/FM's, XGBoost's and best fixed's
         for k in (params.ks if main else (5,)):
             start = time.perf_counter()
@@ -631,12 +647,15 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
         start = time.perf_counter()
         nt_base = CognateCostModel(cpu_model.config.replace(**{"train.train_featurizer": False}), seed=seed)
         nt_base.encoder_for(spade)
-        warm_embeddings(nt_base, [*data.val, *data.test, *pool[:max(params.nt_sizes)]])
+        # NTn trains on TLn's matrices where TL has that size (the same with the random draw: pool[:n])
+        nt_groups = {n: drawn.get(n, pool[:n]) for n in params.nt_sizes}
+        warm_embeddings(nt_base, [*data.val, *data.test, *{g.name: g for n in nt_groups
+                                                           for g in nt_groups[n]}.values()])
         shared = time.perf_counter() - start
-        for n in params.nt_sizes:
+        for n, groups in nt_groups.items():
             start = time.perf_counter()
-            model, recipe = train_no_transfer(nt_base, pool[:n], data.val, spade, params, seed)
-            score(f"nt{n}", seed, model, samples(pool[:n]) + n_val, time.perf_counter() - start + shared, recipe)
+            model, recipe = train_no_transfer(nt_base, groups, data.val, spade, params, seed)
+            score(f"nt{n}", seed, model, samples(groups) + n_val, time.perf_counter() - start + shared, recipe)
         if cpu_baselines:
             start = time.perf_counter()
             model, recipe = xgboost_on_validation(xgb_source, five, data.val, spade, params)
@@ -765,7 +784,8 @@ def recipe_text(recipe: dict) -> str:
         return "no fine-tuning"
     head = "head re-initialized" if recipe.get("head_reinitialized") else "pre-trained head"
     return (f"{head}, frozen {', '.join(recipe['freeze']) or 'nothing'}, lr {recipe['lr']}, "
-            f"epoch {recipe['epoch_kept']}" + (", refit" if recipe.get("refit") else ""))
+            + (f"L2-SP {recipe['anchor']}, " if recipe.get("anchor") else "")
+            + f"epoch {recipe['epoch_kept']}" + (", refit" if recipe.get("refit") else ""))
 
 
 def write_markdown(op: str, result: dict, params: Params, path: Path, command: str) -> str:
@@ -900,9 +920,10 @@ def parse_args(argv):
                              "1000000 spans the test matrices' sizes)")
     parser.add_argument("--eval-matrices", type=int, default=None,
                         help="use the first N matrices of the evaluation corpus (validation + test)")
-    parser.add_argument("--finetune-draw", choices=("random", "stratified"), default=None,
+    parser.add_argument("--finetune-draw", choices=("random", "stratified", "diverse"), default=None,
                         help="TLk's fine-tune matrices per seed: the first k of a seeded permutation of the pool "
-                             "(random, the default) or one per nnz stratum (stratified)")
+                             "(random, the default), one per nnz stratum (stratified), or one per k-means cluster of the "
+                             "source model's matrix embeddings (diverse)")
     # the recipe grids (every point is chosen among on validation; defaults: the size's)
     parser.add_argument("--finetune-epochs", type=positive(int), default=None,
                         help="most fine-tuning epochs of a recipe")
@@ -910,6 +931,8 @@ def parse_args(argv):
     parser.add_argument("--reinit-lrs", type=positive(float), nargs="*", default=None,
                         help="learning rates of the 'head re-initialized' recipes (none: no such recipe)")
     parser.add_argument("--nt-epochs", type=positive(int), default=None, help="most epochs of NTn training")
+    parser.add_argument("--anchors", type=float, nargs="+", default=None,
+                        help="L2-SP strengths of the fine-tuning recipes (0: plain fine-tuning; default 0)")
     parser.add_argument("--nt-lrs", type=positive(float), nargs="+", default=None, help="NTn learning rates")
     parser.add_argument("--ks", type=positive(int), nargs="+", default=None,
                         help="TLk sizes: target matrices fine-tuned on (must hold 5)")
@@ -951,7 +974,7 @@ def parse_args(argv):
     if args.refit:
         changes["refit"] = True
     grid = {"finetune_epochs": args.finetune_epochs, "lrs": args.lrs, "reinit_lrs": args.reinit_lrs,
-            "nt_epochs": args.nt_epochs, "nt_lrs": args.nt_lrs}
+            "nt_epochs": args.nt_epochs, "nt_lrs": args.nt_lrs, "anchors": args.anchors}
     changes.update({name: tuple(value) if isinstance(value, list) else value
                     for name, value in grid.items() if value is not None})
     # a synthetic corpus' first N entries are synthetic:N:SEED (same sizes range): a prefix of the data

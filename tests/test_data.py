@@ -6,8 +6,8 @@ import cognate_tvm
 import numpy as np
 import pytest
 
-from cognate_tvm.data import (COLUMNS, collect, groups_from_frame, load_frame, matrix_hash, pick_across_sizes, select,
-                              split_by_matrix)
+from cognate_tvm.data import (COLUMNS, collect, groups_from_frame, load_frame, matrix_hash, pick_across_sizes,
+                              pick_diverse, select, split_by_matrix)
 from cognate_tvm.errors import ModelVersionError
 from cognate_tvm.matrix import generate, generate_corpus
 from toy_space import FakeBackend, ToySpace, synthetic_time_ms
@@ -90,6 +90,23 @@ def test_pick_across_sizes_takes_one_per_size_stratum():
     for bad in (0, 21):
         with pytest.raises(ValueError, match=f"cannot pick {bad} of 20"):
             pick_across_sizes(sizes, bad)
+
+
+def test_pick_diverse_takes_one_matrix_per_cluster_of_embeddings():
+    rng = np.random.default_rng(0)
+    centres = np.array([[0, 0, 0], [40, 0, 0], [0, 40, 0], [0, 0, 40]], dtype=float)
+    # 4 far-apart clusters of 6 embeddings; the cluster of "m13" is its index // 6
+    embeddings = {f"m{i:02d}": centres[i // 6] + rng.normal(size=3) for i in range(24)}
+    for seed in range(5):
+        picked = pick_diverse(embeddings, 4, seed=seed)
+        assert sorted(int(name[1:]) // 6 for name in picked) == [0, 1, 2, 3], (seed, picked)
+        assert picked == pick_diverse(embeddings, 4, seed=seed)
+    assert len(set(pick_diverse(embeddings, 24, seed=1))) == 24  # every matrix, none twice
+    for bad in (0, 25):
+        with pytest.raises(ValueError, match=f"cannot pick {bad} of 24"):
+            pick_diverse(embeddings, bad)
+    with pytest.raises(ValueError, match="NaN"):
+        pick_diverse({**embeddings, "bad": np.array([np.nan, 0, 0])}, 4)
 
 
 def test_split_by_matrix_is_seeded_and_disjoint():

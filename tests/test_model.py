@@ -1,4 +1,5 @@
 """The COGNATE cost model: training on a synthetic dataset, transfer, save/load, versioning."""
+import copy
 import json
 
 import numpy as np
@@ -128,6 +129,29 @@ def test_freeze_everything_but_head_and_unknown_component(corpus):
     assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith("head."))
     with pytest.raises(ValueError, match="unknown component"):
         model.finetune(groups, space=space, freeze=("everything",), epochs=1)
+
+
+def test_l2sp_anchor_keeps_finetuned_weights_near_the_pretrained_ones(corpus):
+    train, _ = corpus
+    source, target = ToySpace("spmm"), ToyAccelSpace("spmm")
+    base = CognateCostModel(fast_model_config(), seed=3)
+    base.fit(measured_groups(source, train, configs_per_matrix=24), space=source)
+    few = measured_groups(target, dict(list(sorted(train.items()))[:4]), configs_per_matrix=24)
+    start = {k: v.clone() for k, v in base.net.state_dict().items() if k.startswith("head.")}
+
+    def drift(anchor: float) -> float:
+        model = copy.deepcopy(base)
+        model.config = model.config.replace(**{"train.finetune_anchor": anchor})
+        model.finetune(few, space=target, freeze=("featurizer", "config"), epochs=15, lr=1e-2)
+        after = model.net.state_dict()
+        return float(sum(((after[k] - v) ** 2).sum() for k, v in start.items()))
+
+    free, anchored = drift(0.0), drift(10.0)
+    assert free > 0 and anchored < 0.5 * free, (free, anchored)
+    model = CognateCostModel(fast_model_config(), seed=3)
+    model.config = model.config.replace(**{"train.finetune_anchor": -1.0})
+    with pytest.raises(ValueError, match="anchor must be a finite number >= 0"):
+        model.finetune(few, space=target, epochs=1)
 
 
 def test_end_to_end_training_updates_featurizer_and_is_seeded(corpus):

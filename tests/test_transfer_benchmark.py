@@ -164,6 +164,13 @@ def test_finetune_draw_random_is_nested_and_stratified_spans_the_sizes(monkeypat
     assert len({tuple(names(5, s, "stratified")) for s in range(6)}) > 1
     with pytest.raises(ValueError, match="unknown fine-tune draw"):
         bench.finetune_draw(pool, 5, 0, "largest")
+    # diverse: one per cluster of the (standardized) embeddings; here 4 of 5 dimensions carry nnz parity
+    embed = lambda matrix: np.array([matrix.nnz % 2] * 4 + [matrix.nnz / 20.0])  # noqa: E731
+    for seed in range(4):
+        diverse = bench.finetune_draw(pool, 2, seed, "diverse", embed)
+        assert sorted(g.matrix.nnz % 2 for g in diverse) == [0, 1], seed
+    with pytest.raises(ValueError, match="needs the source model's matrix embeddings"):
+        bench.finetune_draw(pool, 5, 0, "diverse")
 
 
 def test_sizes_are_consistent(monkeypatch):
@@ -182,6 +189,9 @@ def test_sizes_are_consistent(monkeypatch):
     assert params.eval_corpus == "synthetic:30:1101"
     assert params.select_metric == "pair_accuracy" and params.finetune_draw == "random"
     assert bench.parse_args(["--size", "full", "--finetune-draw", "stratified"])[0].finetune_draw == "stratified"
+    assert bench.parse_args(["--size", "full", "--finetune-draw", "diverse"])[0].finetune_draw == "diverse"
+    assert params.anchors == (0.0,)
+    assert bench.parse_args(["--size", "full", "--anchors", "0", "0.1"])[0].anchors == (0.0, 0.1)
     assert params.pool_max_rows == 100_000
     params, _ = bench.parse_args(["--size", "full", "--pool-max-rows", "1000000"])
     assert params.pool_max_rows == 1_000_000 and params.eval_max_rows == 1_000_000

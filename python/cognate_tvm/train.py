@@ -124,13 +124,14 @@ def _set_trainable(model, frozen: set[str]) -> list[torch.nn.Parameter]:
 
 def train_ranking(model, groups: Sequence[Group], *, space: Space, epochs: int, lr: float,
                   frozen: set[str], val_groups: Sequence[Group] | None = None,
-                  phase: str = "train") -> list[dict]:
+                  phase: str = "train", anchor: float = 0.0) -> list[dict]:
     """Train `model` (a CognateCostModel) on `groups` of `space`; returns one history row per epoch.
 
     Components named in `frozen` ("featurizer", "config", "head", "latent") keep their
     weights; a frozen featurizer lets every matrix embedding be computed once and cached.
     With `val_groups`, each epoch's validation pair accuracy is recorded and the weights
     of the best epoch are kept (the number of epochs is chosen on validation, never on test).
+    `anchor` > 0 adds anchor * sum((w - w_start)^2) over the trained weights (L2-SP).
     """
     from tqdm.auto import tqdm
 
@@ -148,6 +149,9 @@ def train_ranking(model, groups: Sequence[Group], *, space: Space, epochs: int, 
     history: list[dict] = []
     if not params or epochs <= 0:
         return history
+    if anchor < 0 or not np.isfinite(anchor):
+        raise ValueError(f"anchor must be a finite number >= 0, got {anchor}")
+    start_weights = [p.detach().clone() for p in params] if anchor else []
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=t.weight_decay)
     generator = torch.Generator().manual_seed(model.seed)
     best: tuple[float, int, dict | None] = (-np.inf, -1, None)
@@ -169,6 +173,8 @@ def train_ranking(model, groups: Sequence[Group], *, space: Space, epochs: int, 
                                      torch.cat([item.knobs for item in batch]), encoder)
             loss = sum(group_loss(part, item.times, t, generator)
                        for part, item in zip(torch.split(scores, sizes), batch)) / len(batch)
+            if anchor:
+                loss = loss + anchor * sum(((p - p0) ** 2).sum() for p, p0 in zip(params, start_weights))
             loss.backward()
             total = loss.item()
             optimizer.step()

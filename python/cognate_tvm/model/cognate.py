@@ -220,7 +220,7 @@ class CognateCostModel(RankingModel):
         self.history += train_ranking(self, groups, space=space,
                                       epochs=t.finetune_epochs if epochs is None else epochs,
                                       lr=t.finetune_lr if lr is None else lr, frozen=frozen,
-                                      val_groups=val_groups, phase="finetune")
+                                      val_groups=val_groups, phase="finetune", anchor=t.finetune_anchor)
         self.remember_fixed(groups, space)
         return self
 

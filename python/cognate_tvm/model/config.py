@@ -60,6 +60,9 @@ class TrainConfig:
     finetune_epochs: int = 60
     finetune_lr: float = 5e-4
     finetune_freeze: tuple[str, ...] = ("featurizer",)
+    # L2-SP (Li et al., ICML 2018): fine-tuning adds anchor * sum (w - w_pretrained)^2 over the trained
+    # weights, so that what 5 target matrices do not show keeps its pre-trained value
+    finetune_anchor: float = 0.0
 
 
 @dataclass(frozen=True)
