@@ -238,15 +238,14 @@ def finetune_draw(pool: Sequence[Group], k: int, seed: int, draw: str, embed=Non
         return [pool[i] for i in order[:k]]
     if draw == "stratified":
         names = pick_across_sizes({g.name: g.matrix.nnz for g in pool}, k, seed=seed)
-        by_name = {g.name: g for g in pool}
-        return [by_name[name] for name in names]
-    if draw == "diverse":
+    elif draw == "diverse":
         if embed is None:
             raise ValueError("the 'diverse' draw needs the source model's matrix embeddings")
         names = pick_diverse({g.name: embed(g.matrix) for g in pool}, k, seed=seed)
-        by_name = {g.name: g for g in pool}
-        return [by_name[name] for name in names]
-    raise ValueError(f"unknown fine-tune draw {draw!r}: 'random', 'stratified' or 'diverse'")
+    else:
+        raise ValueError(f"unknown fine-tune draw {draw!r}: 'random', 'stratified' or 'diverse'")
+    by_name = {g.name: g for g in pool}
+    return [by_name[name] for name in names]
 
 
 def evaluation_split(op: str, params: Params, root: Path, *, progress: bool) -> tuple[list[Group], list[Group]]:
@@ -649,8 +648,8 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
         nt_base.encoder_for(spade)
         # NTn trains on TLn's matrices where TL has that size (the same with the random draw: pool[:n])
         nt_groups = {n: drawn.get(n, pool[:n]) for n in params.nt_sizes}
-        warm_embeddings(nt_base, [*data.val, *data.test, *{g.name: g for n in nt_groups
-                                                           for g in nt_groups[n]}.values()])
+        nt_matrices = {g.name: g for groups in nt_groups.values() for g in groups}  # nested sizes share matrices
+        warm_embeddings(nt_base, [*data.val, *data.test, *nt_matrices.values()])
         shared = time.perf_counter() - start
         for n, groups in nt_groups.items():
             start = time.perf_counter()

@@ -140,6 +140,8 @@ def train_ranking(model, groups: Sequence[Group], *, space: Space, epochs: int, 
         raise ValueError(f"unknown loss {t.loss!r}; valid: {', '.join(LOSSES)}")
     if t.select_metric not in SELECT_METRICS:
         raise ValueError(f"unknown select_metric {t.select_metric!r}; valid: {', '.join(SELECT_METRICS)}")
+    if anchor < 0 or not np.isfinite(anchor):
+        raise ValueError(f"anchor must be a finite number >= 0, got {anchor}")
     encoder = model.encoder_for(space)
     data = _prepare(model, groups, space)
     if not data:
@@ -149,8 +151,6 @@ def train_ranking(model, groups: Sequence[Group], *, space: Space, epochs: int, 
     history: list[dict] = []
     if not params or epochs <= 0:
         return history
-    if anchor < 0 or not np.isfinite(anchor):
-        raise ValueError(f"anchor must be a finite number >= 0, got {anchor}")
     start_weights = [p.detach().clone() for p in params] if anchor else []
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=t.weight_decay)
     generator = torch.Generator().manual_seed(model.seed)
