@@ -20,7 +20,8 @@ width of the CPU data, on two generated corpora (resumable datasets under
   ``--finetune-draw stratified``, one seeded draw per nnz stratum of the pool, or, with
   ``--finetune-draw diverse``, the matrix nearest each centre of a seeded k-means of the
   source model's matrix embeddings (free: no simulation chooses them). NTn trains on
-  TLn's matrices where TL has that size.
+  TLn's matrices where TL has that size. ``--finetune-include NAME ...`` puts pool
+  matrices into every draw (the draw picks the rest).
 
 Every learned method sees the same validation data, which counts in its target
 samples; validation makes every choice (test is only scored):
@@ -47,7 +48,8 @@ samples; validation makes every choice (test is only scored):
 trained again with them on its target training matrices and the validation matrices
 together (the samples it already counts), and the best fixed config is chosen on both
 (docs/transfer.md, runs J and K: it helps TL5, and can collapse beyond with no data left
-to stop it).
+to stop it). A refit that ranks the matrices it was trained on worse than the validated
+model does is rejected, and the validated model kept (`guarded_refit`).
 
 ``--ablations`` adds, at k = 5: the COGNATE network re-pre-trained like the
 WACO variants (the reference they compare with), without the mapper, with a
@@ -120,6 +122,7 @@ class Params:
     # which pool matrices TLk (and the k = 5 baselines) fine-tune on, per seed: "random" (the first k of a
     # seeded permutation: nested, the paper's draw) or "stratified" (one seeded draw per nnz stratum of the pool)
     finetune_draw: str = "random"
+    finetune_include: tuple[str, ...] = ()  # pool matrices every draw holds (`finetune_draw`'s `include`)
     # what every recipe choice (grid point, epoch) maximises on validation: "pair_accuracy" or
     # "top1_fraction". Pair accuracy: over 5 validation matrices it averages ~25k pairs, top-1 only
     # 5 picks, too few to choose among 9 recipes x up to 150 epochs.
@@ -227,12 +230,26 @@ def _collect(op: str, entries, count: int, path: Path, params: Params, progress:
     return sorted((g for g in groups if len(g.configs) >= 2), key=lambda g: order[g.name])
 
 
-def finetune_draw(pool: Sequence[Group], k: int, seed: int, draw: str, embed=None) -> list[Group]:
+def finetune_draw(pool: Sequence[Group], k: int, seed: int, draw: str, embed=None,
+                  include: Sequence[str] = ()) -> list[Group]:
     """The k fine-tune matrices of a seed: the first k of the seeded permutation that also orders NTn's
     matrices ("random"), one seeded draw from each of k nnz strata of the pool ("stratified"), so that
     no seed fine-tunes on small matrices only (run E's seed 2 drew five of <= 11.6k rows and lost its
     picks on the large test matrices), or the k matrices that cover the source model's matrix
-    embeddings (`embed`: matrix -> vector), one per seeded k-means cluster ("diverse")."""
+    embeddings (`embed`: matrix -> vector), one per seeded k-means cluster ("diverse").
+
+    `include`: pool matrices (names) that every draw holds: they come first, and the draw picks the
+    other k - len(include) from the rest of the pool (a user who must cover a matrix, or run N's probe
+    of whether one fine-tune matrix of a regime teaches it)."""
+    if include:
+        by_name = {g.name: g for g in pool}
+        missing = [name for name in include if name not in by_name]
+        if missing or len(set(include)) != len(include) or len(include) > k:
+            raise ValueError(f"cannot include {list(include)} in a draw of {k} from the pool"
+                             + (f": not in the pool: {missing}" if missing else ""))
+        rest = [g for g in pool if g.name not in set(include)]
+        drawn = finetune_draw(rest, k - len(include), seed, draw, embed) if k > len(include) else []
+        return [by_name[name] for name in include] + drawn
     if draw == "random":
         order = np.random.default_rng([seed, 7]).permutation(len(pool))
         return [pool[i] for i in order[:k]]
@@ -429,9 +446,25 @@ def finetune_on_validation(base: CognateCostModel, finetune: Sequence[Group], va
             best = (model, recipe)
     model, recipe = best
     if params.refit and epochs_trained(recipe):
-        model = train(tuple(recipe["freeze"]), recipe["lr"], epochs_trained(recipe), recipe["head_reinitialized"],
+        refit = train(tuple(recipe["freeze"]), recipe["lr"], epochs_trained(recipe), recipe["head_reinitialized"],
                       recipe["anchor"], [*finetune, *val])
+        model, guard = guarded_refit(model, refit, [*finetune, *val], spade, params)
+        recipe = {**recipe, **guard}
     return model, {**recipe, "refit": params.refit, "grid": tried}
+
+
+def guarded_refit(validated, refit, seen: Sequence[Group], spade, params: Params) -> tuple:
+    """The refit model, unless it fits the matrices it was trained on worse than the validated model does
+    (by `select_metric`): then the validated model. With no data left to stop it, a refit can collapse
+    (run K: SpMM TL20 seed 0 fell to 0.637 of the oracle); a training set it no longer ranks is the sign."""
+    key = SUMMARY_KEY[params.select_metric]
+    before = val_score(validated, seen, spade, params.top_k)[key]
+    after = val_score(refit, seen, spade, params.top_k)[key]
+    kept = after >= before
+    if not kept:
+        logger.warning("refit rejected: %s on its training matrices %.3f < the validated model's %.3f",
+                       params.select_metric, after, before)
+    return (refit if kept else validated), {"refit_kept": kept, "refit_fit": {"validated": before, "refit": after}}
 
 
 def epochs_trained(recipe: dict) -> int:
@@ -460,7 +493,9 @@ def train_no_transfer(nt_base: CognateCostModel, groups: Sequence[Group], val: S
             best = (model, recipe)
     model, recipe = best
     if params.refit and epochs_trained(recipe):
-        model = train(recipe["lr"], epochs_trained(recipe), [*groups, *val])
+        refit = train(recipe["lr"], epochs_trained(recipe), [*groups, *val])
+        model, guard = guarded_refit(model, refit, [*groups, *val], spade, params)
+        recipe = {**recipe, **guard}
     return model, {**recipe, "refit": params.refit, "grid": tried}
 
 
@@ -617,7 +652,8 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
         torch.manual_seed(seed)
         pool = finetune_draw(data.pool, len(data.pool), seed, "random")  # NTn's matrices: the first n
         embed = lambda matrix: cpu_model.embedding(matrix).numpy()  # noqa: E731 (cached per matrix)
-        drawn = {k: finetune_draw(data.pool, k, seed, params.finetune_draw, embed) for k in {*params.ks, 5}}
+        drawn = {k: finetune_draw(data.pool, k, seed, params.finetune_draw, embed, params.finetune_include)
+                 for k in {*params.ks, 5}}
         five = drawn[5]  # TL5's matrices: also WACO+FA/FM's, XGBoost's and best fixed's
         for k in (params.ks if main else (5,)):
             start = time.perf_counter()
@@ -724,7 +760,7 @@ def ship(op: str, candidate, result: dict, params: Params, args, test_groups: Se
   ({info['validation_samples']} samples); it chose the recipe: frozen {', '.join(recipe['freeze']) or 'nothing'},
   head {'re-initialized' if recipe.get('head_reinitialized') else 'pre-trained'},
   lr {recipe['lr']}, epoch {recipe['epoch_kept']} of {recipe['epochs_max']} (best validation
-  {info['select_metric'].replace('_', ' ')}){"; then trained again with that recipe and epoch on the fine-tune and validation matrices together (`--refit`)" if recipe.get('refit') else ""}.
+  {info['select_metric'].replace('_', ' ')}){refit_text(recipe)}.
 - Target samples used: {test_row['target_samples']:.0f} (fine-tune + validation).
 - Test: {len(info['test_matrices'])} other matrices of the evaluation corpus, all 256 configs each; oracle / baseline
   config {info['headroom']['test_oracle_over_baseline']:.3f}x, best fixed config in hindsight / oracle
@@ -784,7 +820,18 @@ def recipe_text(recipe: dict) -> str:
     head = "head re-initialized" if recipe.get("head_reinitialized") else "pre-trained head"
     return (f"{head}, frozen {', '.join(recipe['freeze']) or 'nothing'}, lr {recipe['lr']}, "
             + (f"L2-SP {recipe['anchor']}, " if recipe.get("anchor") else "")
-            + f"epoch {recipe['epoch_kept']}" + (", refit" if recipe.get("refit") else ""))
+            + f"epoch {recipe['epoch_kept']}"
+            + (", refit" if recipe.get("refit") and recipe.get("refit_kept", True) else "")
+            + (", refit rejected" if recipe.get("refit_kept") is False else ""))
+
+
+def refit_text(recipe: dict) -> str:
+    if not recipe.get("refit") or not epochs_trained(recipe):
+        return ""
+    if recipe.get("refit_kept") is False:
+        return ("; trained again on the fine-tune and validation matrices together (`--refit`), that model was "
+                "rejected: it ranked those matrices worse than the validated model does, which is kept")
+    return "; then trained again with that recipe and epoch on the fine-tune and validation matrices together (`--refit`)"
 
 
 def write_markdown(op: str, result: dict, params: Params, path: Path, command: str) -> str:
@@ -804,8 +851,10 @@ def write_markdown(op: str, result: dict, params: Params, path: Path, command: s
              f"{info['pool_matrices']} matrices of "
              f"`{params.pool_corpus}` ({params.pool_min_rows}-{params.pool_max_rows} rows) x {params.pool_configs} "
              f"configs + baseline. "
+             + (f"Every draw holds {', '.join(params.finetune_include)}. " if params.finetune_include else "")
              + ("Refit: each chosen recipe trained again, to its chosen epoch, on the target training and "
-                "validation matrices together (best fixed: chosen on both). " if params.refit else "")
+                "validation matrices together (best fixed: chosen on both); a refit model that ranks those matrices "
+                "worse than the validated model does is rejected and the validated model kept. " if params.refit else "")
              + f"CPU model: {info['cpu_model']['source']}; CPU data for the re-pre-trained "
              + (f"variants: {info['cpu_data']['matrices']} matrices ({info['cpu_data']['corpus']})."
                 if info['cpu_data']['matrices'] else "variants: none loaded (none of this run's rows needs them)."),
@@ -923,6 +972,8 @@ def parse_args(argv):
                         help="TLk's fine-tune matrices per seed: the first k of a seeded permutation of the pool "
                              "(random, the default), one per nnz stratum (stratified), or one per k-means cluster of the "
                              "source model's matrix embeddings (diverse)")
+    parser.add_argument("--finetune-include", nargs="+", default=None, metavar="MATRIX",
+                        help="pool matrices that every seed's fine-tune draw holds; the draw picks the rest")
     # the recipe grids (every point is chosen among on validation; defaults: the size's)
     parser.add_argument("--finetune-epochs", type=positive(int), default=None,
                         help="most fine-tuning epochs of a recipe")
@@ -943,7 +994,8 @@ def parse_args(argv):
     parser.add_argument("--refit", action="store_true",
                         help="after validation chooses each recipe and epoch, train it again on the fine-tune and "
                              "validation matrices together (the samples every learned method counts already); "
-                             "best fixed is chosen on both too")
+                             "best fixed is chosen on both too; a refit that ranks its own training matrices worse "
+                             "than the validated model is rejected")
     parser.add_argument("--ablations", action="store_true", help="add the ablation rows")
     parser.add_argument("--ablations-only", action="store_true",
                         help="only TL5 and the ablation rows (writes transfer_<op>_ablations.*)")
@@ -970,6 +1022,8 @@ def parse_args(argv):
         changes["select_metric"] = args.select_metric
     if args.finetune_draw:
         changes["finetune_draw"] = args.finetune_draw
+    if args.finetune_include:
+        changes["finetune_include"] = tuple(args.finetune_include)
     if args.refit:
         changes["refit"] = True
     grid = {"finetune_epochs": args.finetune_epochs, "lrs": args.lrs, "reinit_lrs": args.reinit_lrs,

@@ -171,6 +171,16 @@ def test_finetune_draw_random_is_nested_and_stratified_spans_the_sizes(monkeypat
         assert sorted(g.matrix.nnz % 2 for g in diverse) == [0, 1], seed
     with pytest.raises(ValueError, match="needs the source model's matrix embeddings"):
         bench.finetune_draw(pool, 5, 0, "diverse")
+    # include: the named matrices come first, the draw fills the rest from the other pool matrices
+    for draw in ("random", "stratified", "diverse"):
+        got = [g.name for g in bench.finetune_draw(pool, 5, 2, draw, embed, include=("m19", "m03"))]
+        assert got[:2] == ["m19", "m03"] and len(set(got)) == 5, draw
+        assert got[2:] == [g.name for g in bench.finetune_draw([g for g in pool if g.name not in ("m19", "m03")],
+                                                               3, 2, draw, embed)]
+    assert names(5, 0, "random") == [g.name for g in bench.finetune_draw(pool, 5, 0, "random", include=())]
+    for bad in (("m99",), ("m01", "m01"), tuple(f"m{i:02d}" for i in range(6))):
+        with pytest.raises(ValueError, match="cannot include"):
+            bench.finetune_draw(pool, 5, 0, "random", include=bad)
 
 
 def test_sizes_are_consistent(monkeypatch):
@@ -190,6 +200,8 @@ def test_sizes_are_consistent(monkeypatch):
     assert params.select_metric == "pair_accuracy" and params.finetune_draw == "random"
     assert bench.parse_args(["--size", "full", "--finetune-draw", "stratified"])[0].finetune_draw == "stratified"
     assert bench.parse_args(["--size", "full", "--finetune-draw", "diverse"])[0].finetune_draw == "diverse"
+    assert bench.parse_args(["--size", "full", "--finetune-include", "a_1", "b_2"])[0].finetune_include == ("a_1", "b_2")
+    assert bench.parse_args(["--size", "full"])[0].finetune_include == ()
     assert params.anchors == (0.0,)
     assert bench.parse_args(["--size", "full", "--anchors", "0", "0.1"])[0].anchors == (0.0, 0.1)
     assert params.pool_max_rows == 100_000
@@ -319,3 +331,33 @@ def test_cpu_data_of_another_corpus_is_a_clear_error(tmp_path, monkeypatch):
                               cpu_max_rows=2000)
     with pytest.raises(ValueError, match=r"none of the 196 matrices .* --cpu-max-rows"):
         bench.cpu_source("spmm", bench.SIZES["test"], args, tmp_path, progress=False)
+
+
+def test_guarded_refit_keeps_the_validated_model_when_the_refit_ranks_its_training_matrices_worse(monkeypatch):
+    import scipy.sparse as sp
+
+    from cognate_tvm.data import Group
+    from cognate_tvm.space import create as create_space
+
+    bench = _load_benchmark(monkeypatch)
+    spade = create_space("spade", "spmm")
+    rng = np.random.default_rng(0)
+    configs = (spade.baseline(), *[c for c in spade.configs()[:30] if c != spade.baseline()])
+    seen = [Group(f"m{i}", sp.random(50 + i, 40, density=0.1, format="csr", random_state=i), 32, configs,
+                  rng.uniform(1.0, 2.0, len(configs))) for i in range(3)]
+
+    class Reversed(bench.OracleRanker):  # ranks the slowest config first
+        def predict(self, matrix, configs, *, space, feat):
+            return -super().predict(matrix, configs, space=space, feat=feat)
+
+    good, bad = bench.OracleRanker(seen), Reversed(seen)
+    params = bench.SIZES["test"]
+    model, guard = bench.guarded_refit(good, bad, seen, spade, params)
+    assert model is good and guard["refit_kept"] is False
+    assert guard["refit_fit"]["refit"] < guard["refit_fit"]["validated"]
+    model, guard = bench.guarded_refit(bad, good, seen, spade, params)
+    assert model is good and guard["refit_kept"] is True
+    model, guard = bench.guarded_refit(good, bench.OracleRanker(seen), seen, spade, params)  # a tie keeps the refit
+    assert guard["refit_kept"] is True and model is not good
+    assert "refit rejected" in bench.recipe_text({"epochs_max": 5, "freeze": ["featurizer"], "lr": 1e-3,
+                                                  "epoch_kept": 3, "refit": True, "refit_kept": False})
