@@ -241,13 +241,13 @@ def finetune_draw(pool: Sequence[Group], k: int, seed: int, draw: str, embed=Non
     `include`: pool matrices (names) that every draw holds: they come first, and the draw picks the
     other k - len(include) from the rest of the pool (a user who must cover a matrix, or run N's probe
     of whether one fine-tune matrix of a regime teaches it)."""
+    by_name = {g.name: g for g in pool}
     if include:
-        by_name = {g.name: g for g in pool}
         missing = [name for name in include if name not in by_name]
         if missing or len(set(include)) != len(include) or len(include) > k:
             raise ValueError(f"cannot include {list(include)} in a draw of {k} from the pool"
                              + (f": not in the pool: {missing}" if missing else ""))
-        rest = [g for g in pool if g.name not in set(include)]
+        rest = [g for g in pool if g.name not in include]
         drawn = finetune_draw(rest, k - len(include), seed, draw, embed) if k > len(include) else []
         return [by_name[name] for name in include] + drawn
     if draw == "random":
@@ -261,7 +261,6 @@ def finetune_draw(pool: Sequence[Group], k: int, seed: int, draw: str, embed=Non
         names = pick_diverse({g.name: embed(g.matrix) for g in pool}, k, seed=seed)
     else:
         raise ValueError(f"unknown fine-tune draw {draw!r}: 'random', 'stratified' or 'diverse'")
-    by_name = {g.name: g for g in pool}
     return [by_name[name] for name in names]
 
 
@@ -648,10 +647,10 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
         xgb_source.fit(cpu_train, space=cpu)
     timings["source_variants"] = time.perf_counter() - start
 
+    embed = lambda matrix: cpu_model.embedding(matrix).numpy()  # noqa: E731 (cached per matrix)
     for seed in (params.seeds[:1] if args.ship_only else params.seeds):
         torch.manual_seed(seed)
         pool = finetune_draw(data.pool, len(data.pool), seed, "random")  # NTn's matrices: the first n
-        embed = lambda matrix: cpu_model.embedding(matrix).numpy()  # noqa: E731 (cached per matrix)
         drawn = {k: finetune_draw(data.pool, k, seed, params.finetune_draw, embed, params.finetune_include)
                  for k in {*params.ks, 5}}
         five = drawn[5]  # TL5's matrices: also WACO+FA/FM's, XGBoost's and best fixed's

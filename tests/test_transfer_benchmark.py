@@ -256,6 +256,7 @@ def test_size_options_and_curve_only(tmp_path, monkeypatch):
         assert recipe["refit"] is True, method
         if recipe["epochs_max"] == 0:
             continue  # validation chose no fine-tuning: nothing to train again
+        assert isinstance(recipe["refit_kept"], bool), method  # the guard judged the refit
         matrices = validation | set(recipe.get("finetune_matrices", ()))
         match = [c for c in refits if c[0] == ("finetune" if method.startswith("tl") else "fit")
                  and matrices <= c[1] and c[3] == recipe["epoch_kept"] + 1]
