@@ -32,6 +32,7 @@ samples; validation makes every choice (test is only scored):
   re-drawn, so only the featurizer and the knob encoders carry the pre-training: the recipe for a source
   whose costs rank configs unlike the target's), and the epoch (early stopping: best epoch kept);
   ``--anchors`` adds L2-SP strengths (pull toward the pre-trained weights) to the grid;
+  ``--target-knob-encoder pad`` gives it (and NTn) raw SPADE knobs instead of a latent encoder;
 - NTn: the same network trained on n target matrices only (lr from ``nt_lrs``
   and the epoch chosen on validation);
 - WACO+FA (no mapper: raw config fields, no knobs) and WACO+FM (mapper, raw
@@ -131,6 +132,10 @@ class Params:
     # validation matrices together: every learned method already counts the validation samples as target
     # samples, and with 5 fine-tune matrices the matrices seen decide more than the recipe (run H)
     refit: bool = False
+    # the target platform's knob encoder (ModelConfig.knob_encoder): "latent" (COGNATE's autoencoder) or
+    # "pad" (the raw knobs, zero-padded: WACO+FM's). The CPU model keeps its own; NTn and the ablations'
+    # re-pre-trained reference use this one too (run O, docs/transfer.md)
+    target_knob_encoder: str = "latent"
     # the recipe grids of run G (docs/transfer.md): run E's (60 epochs, lrs 1e-4..2e-3; NT 40 epochs,
     # 1e-3/3e-3) had validation choose the largest lr and last epochs in nearly every fit
     finetune_epochs: int = 150
@@ -594,7 +599,8 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
     start = time.perf_counter()
     cpu_model, cpu_model_info = load_cpu_model(op, args, cpu_train, cpu_val, params)
     # one validation statistic for every choice of every method: recipes, epochs, boosting rounds
-    cpu_model.config = cpu_model.config.replace(**{"train.select_metric": params.select_metric})
+    cpu_model.config = cpu_model.config.replace(**{"train.select_metric": params.select_metric},
+                                                knob_encoder=params.target_knob_encoder)
     cpu_model.encoder_for(spade)
     warm_embeddings(cpu_model, [*data.val, *data.test])
     timings["cpu_model"] = time.perf_counter() - start
@@ -749,6 +755,7 @@ def ship(op: str, candidate, result: dict, params: Params, args, test_groups: Se
 
 - Platform: spade (the C++ SPADE model, `backends.create("spade")`, default hardware), dense width {params.feat}.
   Format: `CognateCostModel.save`; load with `load_pretrained("{op}", "spade")`.
+  SPADE knob encoder: {model.net.get_encoder("spade").kind}.
 - Pre-trained: the CPU model {shown_path(info['cpu_model'].get('path', info['cpu_model']['source']))}
   (weights sha1 {info['cpu_model'].get('weights_sha1', 'n/a')}).
 - Fine-tuned on 5 SPADE matrices x {params.pool_configs} sampled configs (+ the baseline config), drawn
@@ -854,6 +861,8 @@ def write_markdown(op: str, result: dict, params: Params, path: Path, command: s
              + ("Refit: each chosen recipe trained again, to its chosen epoch, on the target training and "
                 "validation matrices together (best fixed: chosen on both); a refit model that ranks those matrices "
                 "worse than the validated model does is rejected and the validated model kept. " if params.refit else "")
+             + (f"SPADE knob encoder: {params.target_knob_encoder} (COGNATE's is latent). "
+                if params.target_knob_encoder != "latent" else "")
              + f"CPU model: {info['cpu_model']['source']}; CPU data for the re-pre-trained "
              + (f"variants: {info['cpu_data']['matrices']} matrices ({info['cpu_data']['corpus']})."
                 if info['cpu_data']['matrices'] else "variants: none loaded (none of this run's rows needs them)."),
@@ -995,6 +1004,9 @@ def parse_args(argv):
                              "validation matrices together (the samples every learned method counts already); "
                              "best fixed is chosen on both too; a refit that ranks its own training matrices worse "
                              "than the validated model is rejected")
+    parser.add_argument("--target-knob-encoder", choices=("latent", "pad"), default=None,
+                        help="the SPADE knob encoder of the transferred model: COGNATE's latent autoencoder "
+                             "(default) or the raw knobs, zero-padded")
     parser.add_argument("--ablations", action="store_true", help="add the ablation rows")
     parser.add_argument("--ablations-only", action="store_true",
                         help="only TL5 and the ablation rows (writes transfer_<op>_ablations.*)")
@@ -1025,6 +1037,8 @@ def parse_args(argv):
         changes["finetune_include"] = tuple(args.finetune_include)
     if args.refit:
         changes["refit"] = True
+    if args.target_knob_encoder:
+        changes["target_knob_encoder"] = args.target_knob_encoder
     grid = {"finetune_epochs": args.finetune_epochs, "lrs": args.lrs, "reinit_lrs": args.reinit_lrs,
             "nt_epochs": args.nt_epochs, "nt_lrs": args.nt_lrs, "anchors": args.anchors}
     changes.update({name: tuple(value) if isinstance(value, list) else value

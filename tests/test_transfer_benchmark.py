@@ -202,6 +202,8 @@ def test_sizes_are_consistent(monkeypatch):
     assert bench.parse_args(["--size", "full", "--finetune-draw", "diverse"])[0].finetune_draw == "diverse"
     assert bench.parse_args(["--size", "full", "--finetune-include", "a_1", "b_2"])[0].finetune_include == ("a_1", "b_2")
     assert bench.parse_args(["--size", "full"])[0].finetune_include == ()
+    assert params.target_knob_encoder == "latent"
+    assert bench.parse_args(["--size", "full", "--target-knob-encoder", "pad"])[0].target_knob_encoder == "pad"
     assert params.anchors == (0.0,)
     assert bench.parse_args(["--size", "full", "--anchors", "0", "0.1"])[0].anchors == (0.0, 0.1)
     assert params.pool_max_rows == 100_000
@@ -275,7 +277,8 @@ def test_size_options_and_curve_only(tmp_path, monkeypatch):
 
 def test_ship_only_with_refit_loads_no_cpu_data(tmp_path, monkeypatch):
     """--ship-only builds TL5 of the first seed from the CPU model alone; with --refit the shipped model is
-    the refit one, its card says so, and the package root gets a loadable model."""
+    the refit one, its card says so, and the package root gets a loadable model. With --target-knob-encoder
+    pad its SPADE knobs go in raw while the CPU model keeps its latent encoder, and both survive loading."""
     from cognate_tvm.model.pretrained import CARD_FILE, load_pretrained
 
     bench = _load_benchmark(monkeypatch)
@@ -283,14 +286,19 @@ def test_ship_only_with_refit_loads_no_cpu_data(tmp_path, monkeypatch):
     out, root = tmp_path / "out", tmp_path / "pretrained"
     shutil.copytree(Path(bench.PRETRAINED_DIR) / "spmm-cpu", root / "spmm-cpu")  # the CPU source, as shipped
     assert bench.main(["--size", "test", "--ops", "spmm", "--out", str(out), "--ship-only", "--ship", "--refit",
-                       "--pretrained-root", str(root), "--no-progress", "--threads", "1"]) == 0
+                       "--pretrained-root", str(root), "--no-progress", "--threads", "1",
+                       "--target-knob-encoder", "pad"]) == 0
     result = json.loads((out / "transfer_spmm_ship.json").read_text())
+    assert result["params"]["target_knob_encoder"] == "pad"
+    assert "SPADE knob encoder: pad" in (out / "transfer_spmm_ship.md").read_text()
     assert set(result["summary"]) == {"oracle", "tl5"}
     recipe = result["shipped"]["recipe"]
     assert recipe["refit"] is True
     card = (root / "spmm-spade" / CARD_FILE).read_text()
+    assert "SPADE knob encoder: pad." in card
     assert ("fine-tune and validation matrices together" in card) == bool(recipe["epochs_max"])
-    assert load_pretrained("spmm", "spade", root=root) is not None
+    model = load_pretrained("spmm", "spade", root=root)
+    assert {p: model.net.get_encoder(p).kind for p in ("cpu", "spade")} == {"cpu": "latent", "spade": "pad"}
 
 
 def test_xgboost_refit_boosts_the_chosen_rounds_on_finetune_and_validation(monkeypatch):
