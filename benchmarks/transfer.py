@@ -83,6 +83,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 from cognate_tvm import backends, baselines
 from cognate_tvm.collect import config_sample
@@ -219,6 +220,19 @@ def _sample_group(group: Group, count: int, seed: int, keep) -> Group:
     return Group(group.name, group.matrix, group.feat, tuple(group.configs[i] for i in idx), group.times_ms[idx])
 
 
+@dataclass(frozen=True)
+class _Structure:
+    """Builds a corpus entry's matrix without its values (1 byte per nonzero, not 8). Every model and metric
+    here reads the pattern only (the simulator gets the full matrix from the entry), and a 1000-matrix pool at
+    1k-1M rows holds ~1.27G nonzeros: 15 GB as float64 CSR, 6.4 GB so (docs/decisions.md)."""
+
+    entry: object
+
+    def build(self) -> sp.csr_matrix:
+        matrix = sp.csr_matrix(self.entry.build())
+        return sp.csr_matrix((np.ones(matrix.nnz, dtype=bool), matrix.indices, matrix.indptr), shape=matrix.shape)
+
+
 def _collect(op: str, entries, count: int, path: Path, params: Params, progress: bool) -> list[Group]:
     """Simulate (or reuse) `count` configs per entry, as `python -m cognate_tvm.collect` does; their groups."""
     spade = create_space("spade", op)
@@ -229,7 +243,7 @@ def _collect(op: str, entries, count: int, path: Path, params: Params, progress:
     frame = load_frame(path)
     names = {e.name for e in entries}
     frame = frame[frame["matrix"].isin(names) & (frame["feat"] == params.feat)]
-    built = {e.name: e for e in entries}
+    built = {e.name: _Structure(e) for e in entries}
     order = {e.name: n for n, e in enumerate(entries)}
     groups = groups_from_frame(frame, space=spade, matrices=built, op=op)
     return sorted((g for g in groups if len(g.configs) >= 2), key=lambda g: order[g.name])
@@ -687,6 +701,7 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
         start = time.perf_counter()
         nt_base = CognateCostModel(cpu_model.config.replace(**{"train.train_featurizer": False}), seed=seed)
         nt_base.encoder_for(spade)
+        nt_base.adopt_patterns(cpu_model)  # the pool binned once, not once per seed (docs/decisions.md)
         # NTn trains on TLn's matrices where TL has that size (the same with the random draw: pool[:n])
         nt_groups = {n: drawn.get(n, pool[:n]) for n in params.nt_sizes}
         nt_matrices = {g.name: g for groups in nt_groups.values() for g in groups}  # nested sizes share matrices

@@ -69,6 +69,28 @@ def test_embedding_cache_is_used(trained):
     assert model.embedding(g.matrix.copy()) is first  # same content hash, same cached tensor
 
 
+def test_copies_share_patterns_not_embeddings_and_a_new_model_can_adopt_them(trained):
+    model, space, test = trained
+    g = test[0]
+    model.embedding(g.matrix)
+    clone = copy.deepcopy(model)
+    assert clone._patterns is model._patterns  # weight-free: one cache for every copy
+    assert clone._embeddings is not model._embeddings
+    with torch.no_grad():  # a copy's new weights must not reach the original's embeddings
+        for p in clone.net.featurizer.parameters():
+            p.add_(1.0)
+    clone.clear_embedding_cache()
+    assert not torch.allclose(clone.embedding(g.matrix), model.embedding(g.matrix))
+
+    fresh = CognateCostModel(model.config, seed=5)
+    fresh.adopt_patterns(model)
+    assert fresh._patterns is model._patterns
+    assert fresh.pattern(g.matrix) is model.pattern(g.matrix)
+    other = CognateCostModel(model.config.replace(**{"featurizer.max_points": 64}), seed=5)
+    with pytest.raises(ValueError, match="binned to"):
+        other.adopt_patterns(model)
+
+
 def test_save_load_round_trip(trained, tmp_path):
     model, space, test = trained
     model.save(tmp_path / "m")

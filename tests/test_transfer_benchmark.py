@@ -370,3 +370,20 @@ def test_guarded_refit_keeps_the_validated_model_when_the_refit_ranks_its_traini
     assert guard["refit_kept"] is True and model is not good
     assert "refit rejected" in bench.recipe_text({"epochs_max": 5, "freeze": ["featurizer"], "lr": 1e-3,
                                                   "epoch_kept": 3, "refit": True, "refit_kept": False})
+
+
+def test_groups_hold_the_pattern_without_values(monkeypatch):
+    """The pool's groups keep 1 byte per nonzero (a 1000-matrix pool at 1k-1M rows does not fit as float64),
+    with the pattern, and so the content hash and the featurizer's input, of the entry's matrix."""
+    from cognate_tvm.data import matrix_hash
+    from cognate_tvm.matrix.corpus import load_corpus
+    from cognate_tvm.model.featurizer import pattern_of
+
+    bench = _load_benchmark(monkeypatch)
+    for entry in load_corpus("synthetic:4:1102", min_rows=300, max_rows=2000):
+        full, lean = entry.build(), bench._Structure(entry).build()
+        assert lean.dtype == np.bool_ and lean.data.all() and lean.nnz == full.nnz and lean.shape == full.shape
+        assert matrix_hash(lean) == matrix_hash(full)
+        a, b = pattern_of(lean, max_points=64), pattern_of(full, max_points=64)
+        assert a.level == b.level and np.array_equal(a.coords.numpy(), b.coords.numpy())
+        assert np.array_equal(a.counts.numpy(), b.counts.numpy())

@@ -12,6 +12,7 @@ interface that every baseline of `cognate_tvm.baselines` shares:
 """
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -142,6 +143,26 @@ class CognateCostModel(RankingModel):
             p.requires_grad_(False)
         self.net.set_encoder(platform, encoder)
         return encoder
+
+    def __deepcopy__(self, memo):
+        """A deep copy that shares the pattern cache: a pattern depends on the matrix and the featurizer's
+        `max_points` only, never on weights, and a 1000-matrix pool's patterns take ~1.3 GB per copy
+        (benchmarks/transfer.py copies a model per recipe). Embeddings depend on weights: copied."""
+        memo[id(self._patterns)] = self._patterns
+        clone = type(self).__new__(type(self))
+        memo[id(self)] = clone
+        for name, value in self.__dict__.items():
+            setattr(clone, name, copy.deepcopy(value, memo))
+        return clone
+
+    def adopt_patterns(self, other: "CognateCostModel") -> None:
+        """Share `other`'s pattern cache (both then fill one), so that a second model of the same
+        matrices does not bin each of them again."""
+        mine, theirs = self.net.featurizer.config.max_points, other.net.featurizer.config.max_points
+        if mine != theirs:
+            raise ValueError(f"cannot share patterns binned to {theirs} points with a featurizer of {mine}")
+        other._patterns.update(self._patterns)
+        self._patterns = other._patterns
 
     def pattern(self, matrix: sp.csr_matrix, key: str | None = None) -> SparsePattern:
         key = key or matrix_hash(matrix)
