@@ -224,7 +224,7 @@ def _sample_group(group: Group, count: int, seed: int, keep) -> Group:
 class _Structure:
     """Builds a corpus entry's matrix without its values (1 byte per nonzero, not 8). Every model and metric
     here reads the pattern only (the simulator gets the full matrix from the entry), and a 1000-matrix pool at
-    1k-1M rows holds ~1.27G nonzeros: 15 GB as float64 CSR, 6.4 GB so (docs/decisions.md)."""
+    1k-1M rows holds ~1.27G nonzeros: 15 GB as float64 CSR, 6.4 GB this way (docs/decisions.md)."""
 
     entry: object
 
