@@ -19,7 +19,8 @@ width of the CPU data, on two generated corpora (resumable datasets under
   the k fine-tune matrices of TLk (the first k: nested), or, with
   ``--finetune-draw stratified``, one seeded draw per nnz stratum of the pool, or, with
   ``--finetune-draw diverse``, the matrix nearest each centre of a seeded k-means of the
-  source model's matrix embeddings (free: no simulation chooses them). NTn trains on
+  source model's matrix embeddings (free: no simulation chooses them), or, with
+  ``diverse-largest``, each k-means cluster's matrix with the most nonzeros. NTn trains on
   TLn's matrices where TL has that size. ``--finetune-include NAME ...`` puts pool
   matrices into every draw (the draw picks the rest).
 
@@ -255,7 +256,8 @@ def finetune_draw(pool: Sequence[Group], k: int, seed: int, draw: str, embed=Non
     matrices ("random"), one seeded draw from each of k nnz strata of the pool ("stratified"), so that
     no seed fine-tunes on small matrices only (run E's seed 2 drew five of <= 11.6k rows and lost its
     picks on the large test matrices), or the k matrices that cover the source model's matrix
-    embeddings (`embed`: matrix -> vector), one per seeded k-means cluster ("diverse").
+    embeddings (`embed`: matrix -> vector), one per seeded k-means cluster: the one nearest its centre
+    ("diverse") or the one with the most nonzeros ("diverse-largest": where the choice matters most).
 
     `include`: pool matrices (names) that every draw holds: they come first, and the draw picks the
     other k - len(include) from the rest of the pool (a user who must cover a matrix, or run N's probe
@@ -274,12 +276,14 @@ def finetune_draw(pool: Sequence[Group], k: int, seed: int, draw: str, embed=Non
         return [pool[i] for i in order[:k]]
     if draw == "stratified":
         names = pick_across_sizes({g.name: g.matrix.nnz for g in pool}, k, seed=seed)
-    elif draw == "diverse":
+    elif draw in ("diverse", "diverse-largest"):
         if embed is None:
-            raise ValueError("the 'diverse' draw needs the source model's matrix embeddings")
-        names = pick_diverse({g.name: embed(g.matrix) for g in pool}, k, seed=seed)
+            raise ValueError(f"the {draw!r} draw needs the source model's matrix embeddings")
+        prefer = {g.name: g.matrix.nnz for g in pool} if draw == "diverse-largest" else None
+        names = pick_diverse({g.name: embed(g.matrix) for g in pool}, k, seed=seed, prefer=prefer)
     else:
-        raise ValueError(f"unknown fine-tune draw {draw!r}: 'random', 'stratified' or 'diverse'")
+        raise ValueError(f"unknown fine-tune draw {draw!r}: 'random', 'stratified', 'diverse' or "
+                         "'diverse-largest'")
     return [by_name[name] for name in names]
 
 
@@ -991,10 +995,12 @@ def parse_args(argv):
                              "1000000 spans the test matrices' sizes)")
     parser.add_argument("--eval-matrices", type=int, default=None,
                         help="use the first N matrices of the evaluation corpus (validation + test)")
-    parser.add_argument("--finetune-draw", choices=("random", "stratified", "diverse"), default=None,
+    parser.add_argument("--finetune-draw", choices=("random", "stratified", "diverse", "diverse-largest"),
+                        default=None,
                         help="TLk's fine-tune matrices per seed: the first k of a seeded permutation of the pool "
                              "(random, the default), one per nnz stratum (stratified), or one per k-means cluster of the "
-                             "source model's matrix embeddings (diverse)")
+                             "source model's matrix embeddings: the one nearest its centre (diverse) or its largest "
+                             "(diverse-largest, most nonzeros)")
     parser.add_argument("--finetune-include", nargs="+", default=None, metavar="MATRIX",
                         help="pool matrices that every seed's fine-tune draw holds; the draw picks the rest")
     # the recipe grids (every point is chosen among on validation; defaults: the size's)

@@ -109,6 +109,19 @@ def test_pick_diverse_takes_one_matrix_per_cluster_of_embeddings():
         pick_diverse({**embeddings, "bad": np.array([np.nan, 0, 0])}, 4)
 
 
+def test_pick_diverse_with_a_preference_takes_each_clusters_top_scorer():
+    rng = np.random.default_rng(1)
+    centres = np.array([[0, 0, 0], [40, 0, 0], [0, 40, 0], [0, 0, 40]], dtype=float)
+    embeddings = {f"m{i:02d}": centres[i // 6] + rng.normal(size=3) for i in range(24)}
+    nnz = {name: float((7 * int(name[1:])) % 6) for name in embeddings}  # each cluster's largest: one member
+    largest = sorted(max((n for n in embeddings if int(n[1:]) // 6 == c), key=nnz.get) for c in range(4))
+    for seed in range(5):
+        assert sorted(pick_diverse(embeddings, 4, seed=seed, prefer=nnz)) == largest, seed
+    assert len(set(pick_diverse(embeddings, 24, seed=2, prefer=nnz))) == 24  # every matrix, none twice
+    with pytest.raises(ValueError, match="no preference score for"):
+        pick_diverse(embeddings, 4, prefer={n: 1.0 for n in list(embeddings)[1:]})
+
+
 def test_split_by_matrix_is_seeded_and_disjoint():
     names = [f"m{i}" for i in range(40)] + ["m3", "m7"]  # duplicates collapse
     train, val, test = split_by_matrix(names, seed=0)

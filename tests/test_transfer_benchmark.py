@@ -171,8 +171,12 @@ def test_finetune_draw_random_is_nested_and_stratified_spans_the_sizes(monkeypat
         assert sorted(g.matrix.nnz % 2 for g in diverse) == [0, 1], seed
     with pytest.raises(ValueError, match="needs the source model's matrix embeddings"):
         bench.finetune_draw(pool, 5, 0, "diverse")
+    # diverse-largest: the same two parity clusters, each sends its largest matrix (m19: odd nnz, m18: even)
+    for seed in range(4):
+        largest = bench.finetune_draw(pool, 2, seed, "diverse-largest", embed)
+        assert sorted(g.name for g in largest) == ["m18", "m19"], seed
     # include: the named matrices come first, the draw fills the rest from the other pool matrices
-    for draw in ("random", "stratified", "diverse"):
+    for draw in ("random", "stratified", "diverse", "diverse-largest"):
         got = [g.name for g in bench.finetune_draw(pool, 5, 2, draw, embed, include=("m19", "m03"))]
         assert got[:2] == ["m19", "m03"] and len(set(got)) == 5, draw
         assert got[2:] == [g.name for g in bench.finetune_draw([g for g in pool if g.name not in ("m19", "m03")],
@@ -200,6 +204,8 @@ def test_sizes_are_consistent(monkeypatch):
     assert params.select_metric == "pair_accuracy" and params.finetune_draw == "random"
     assert bench.parse_args(["--size", "full", "--finetune-draw", "stratified"])[0].finetune_draw == "stratified"
     assert bench.parse_args(["--size", "full", "--finetune-draw", "diverse"])[0].finetune_draw == "diverse"
+    assert bench.parse_args(["--size", "full", "--finetune-draw", "diverse-largest"])[0].finetune_draw == \
+        "diverse-largest"
     assert bench.parse_args(["--size", "full", "--finetune-include", "a_1", "b_2"])[0].finetune_include == ("a_1", "b_2")
     assert bench.parse_args(["--size", "full"])[0].finetune_include == ()
     assert params.target_knob_encoder == "latent"

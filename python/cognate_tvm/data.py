@@ -311,28 +311,36 @@ def pick_across_sizes(sizes: Mapping[str, float], count: int, *, seed: int = 0) 
     return [str(stratum[rng.integers(len(stratum))]) for stratum in np.array_split(np.array(ordered), count)]
 
 
-def pick_diverse(embeddings: Mapping[str, np.ndarray], count: int, *, seed: int = 0) -> list[str]:
+def pick_diverse(embeddings: Mapping[str, np.ndarray], count: int, *, seed: int = 0,
+                 prefer: Mapping[str, float] | None = None) -> list[str]:
     """`count` matrix names that cover the embedding space: the matrix nearest each centre of a
-    seeded k-means (k-means++ start) of the standardized `embeddings` (name -> vector).
+    seeded k-means (k-means++ start) of the standardized `embeddings` (name -> vector), or, with
+    `prefer` (name -> score, e.g. nnz), the highest-scoring matrix of each cluster.
 
     A user picks which target matrices to spend simulations on before simulating any; the
     matrix embedding is free. A uniform draw of 5 misses a family 1 time in 2 when a family is
-    an eighth of the pool (run L's seed 2: no R-MAT graph, and no R-MAT pick right).
+    an eighth of the pool (run L's seed 2: no R-MAT graph, and no R-MAT pick right). `prefer`
+    lets each cluster send its largest matrix, where the configuration choice matters most.
     """
     from scipy.cluster.vq import kmeans2
 
     if not 1 <= count <= len(embeddings):
         raise ValueError(f"cannot pick {count} of {len(embeddings)} matrices")
     names = sorted(embeddings)
+    if prefer is not None and not set(names) <= set(prefer):
+        raise ValueError(f"no preference score for {sorted(set(names) - set(prefer))[:5]}")
     points = np.stack([np.asarray(embeddings[n], dtype=np.float64).ravel() for n in names])
     if not np.isfinite(points).all():
         raise ValueError("matrix embeddings hold NaN or infinite values")
     spread = points.std(axis=0)
     points = (points - points.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
-    centres, _ = kmeans2(points, count, minit="++", seed=np.random.default_rng([seed, 11]))
+    centres, labels = kmeans2(points, count, minit="++", seed=np.random.default_rng([seed, 11]))
     chosen: list[int] = []
-    for centre in centres:  # the nearest matrix not chosen yet (two centres may share one)
-        order = np.argsort(((points - centre) ** 2).sum(axis=1), kind="stable")
+    for cluster, centre in enumerate(centres):  # a matrix not chosen yet (two centres may share one)
+        order = list(np.argsort(((points - centre) ** 2).sum(axis=1), kind="stable"))
+        if prefer is not None:  # the cluster's members by score, then the rest by distance (an empty cluster)
+            members = sorted((i for i in order if labels[i] == cluster), key=lambda i: (-prefer[names[i]], names[i]))
+            order = members + [i for i in order if labels[i] != cluster]
         chosen.append(int(next(i for i in order if i not in chosen)))
     return [names[i] for i in chosen]
 
