@@ -472,6 +472,32 @@ def test_chosen_falls_back_to_the_baseline_when_retiming_says_so():
     assert tuned.chosen.config == other
 
 
+def test_summary_prints_the_side_by_side_medians_the_choice_was_made_on():
+    """On a busy machine one timing can contradict the re-timed medians; the summary shows the medians."""
+    base, best = {"a": 1}, {"a": 2}
+    report = {"op": "spmm", "target": "llvm", "feat": 8, "mode": "ranked", "model": "m",
+              "matrix": {"rows": 4, "cols": 4, "nnz": 5},
+              "baseline": {"config": base, "time_ms": 0.3, "error": None},
+              "best": {"config": best, "time_ms": 1.9, "predicted_rank": 3, "correct": True,
+                       "speedup_vs_baseline": 0.3 / 1.9},
+              "measured": [{"config": base, "best_fixed": False, "error": None},
+                           {"config": best, "best_fixed": False, "error": None},
+                           {"config": {"a": 3}, "best_fixed": False, "error": None}],
+              "finalists": [{"config": base, "median_ms": 4.1}, {"config": best, "median_ms": 1.7}],
+              "chosen": best, "confirmed": {"baseline_ms": 4.0, "best_ms": 1.6, "speedup_vs_baseline": 2.5},
+              "samples_measured": 3, "failed": 0, "notes": [], "saved_model": None}
+    lines = tune.format_summary(report).splitlines()
+    assert lines[1].startswith("best      1.6000 ms (median side by side; first timing 1.9000 ms)")
+    assert lines[2].startswith("baseline  4.0000 ms (median side by side; first timing 0.3000 ms)")
+    assert "2.50x" in lines[3]
+    report["confirmed"] = None  # re-timed, not confirmed (the baseline was best): the rounds' medians
+    lines = tune.format_summary(report).splitlines()
+    assert lines[1].startswith("best      1.7000 ms (median") and lines[2].startswith("baseline  4.1000 ms (median")
+    report["finalists"] = []  # not re-timed (a deterministic target): the one timing
+    lines = tune.format_summary(report).splitlines()
+    assert lines[1].startswith("best      1.9000 ms  {") and lines[2].startswith("baseline  0.3000 ms  {")
+
+
 def test_parser_defaults():
     args = tune.make_parser().parse_args(["spmm"])
     assert args.matrix == tuner.EXAMPLE_MATRIX and args.target == "llvm" and args.model is None
