@@ -53,6 +53,11 @@ together (the samples it already counts), and the best fixed config is chosen on
 to stop it). A refit that ranks the matrices it was trained on worse than the validated
 model does is rejected, and the validated model kept (`guarded_refit`).
 
+``--ensemble-sizes 1 2 3 5``: validation may choose, per learned method and seed, to score with the
+mean of the standardized scores of its grid's m best models (`RankEnsemble`) instead of the best one;
+a larger m must validate strictly better. With ``--refit`` each member is refit (and guarded) on its
+own. Default 1: no ensembles (docs/transfer.md, run T: it narrows the worst case, not the gap).
+
 ``--ablations`` adds, at k = 5: the COGNATE network re-pre-trained like the
 WACO variants (the reference they compare with), without the mapper, with a
 random-permutation mapping, without the latent encoder (platform knobs
@@ -94,6 +99,7 @@ from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.metrics import evaluate_group, summarize
 from cognate_tvm.model import ModelConfig
 from cognate_tvm.model.cognate import CognateCostModel, RankingModel
+from cognate_tvm.model.ensemble import RankEnsemble
 from cognate_tvm.model.pretrained import CARD_FILE, PRETRAINED_DIR, load_pretrained, pretrained_path
 from cognate_tvm.space import create as create_space
 
@@ -146,6 +152,9 @@ class Params:
     reinit_lrs: tuple[float, ...] = (3e-3, 1e-2)  # "head re-initialized" recipes (() = none)
     # L2-SP strengths of the fine-tuning recipes (TrainConfig.finetune_anchor): 0 = plain fine-tuning
     anchors: tuple[float, ...] = (0.0,)
+    # sizes m among which validation chooses to score with the mean of a grid's m best models (RankEnsemble)
+    # instead of its best one; (1,): no ensembles
+    ensemble_sizes: tuple[int, ...] = (1,)
     nt_epochs: int = 100
     nt_lrs: tuple[float, ...] = (3e-3, 1e-2)
     xgb_rounds: tuple[int, ...] = (0, 25, 100, 300)
@@ -408,12 +417,6 @@ def shown_path(path: str) -> str:
 SUMMARY_KEY = {"pair_accuracy": "pair_accuracy", "top1_fraction": "oracle_fraction_top1"}
 
 
-def better(metrics: dict, best: tuple | None, select: str) -> bool:
-    """Whether validation `metrics` beat the best recipe so far (`best` = (model, recipe) or None)."""
-    key = SUMMARY_KEY[select]
-    return best is None or metrics[key] > best[1]["val"][key]
-
-
 def best_epoch(model: CognateCostModel, phase_rows: int) -> int | None:
     metric = f"val_{model.config.train.select_metric}"
     rows = [r for r in model.history[-phase_rows:] if metric in r] if phase_rows else []
@@ -456,23 +459,49 @@ def finetune_on_validation(base: CognateCostModel, finetune: Sequence[Group], va
             model.finetune(groups, space=spade, freeze=freeze, epochs=epochs, lr=lr, val_groups=val_groups)
         return model
 
-    best = None
     tried = []
     for freeze, lr, epochs, reinit, anchor in grid:
         model = train(freeze, lr, epochs, reinit, anchor, finetune, val)
         metrics = val_score(model, val, spade, params.top_k)
-        recipe = {"freeze": list(freeze), "lr": lr, "epochs_max": epochs, "head_reinitialized": reinit,
-                  "anchor": anchor, "epoch_kept": best_epoch(model, epochs), "val": metrics}
-        tried.append(recipe)
-        if better(metrics, best, params.select_metric):
-            best = (model, recipe)
-    model, recipe = best
-    if params.refit and epochs_trained(recipe):
-        refit = train(tuple(recipe["freeze"]), recipe["lr"], epochs_trained(recipe), recipe["head_reinitialized"],
+        tried.append((model, {"freeze": list(freeze), "lr": lr, "epochs_max": epochs, "head_reinitialized": reinit,
+                              "anchor": anchor, "epoch_kept": best_epoch(model, epochs), "val": metrics}))
+
+    def refit(model, recipe):
+        if not (params.refit and epochs_trained(recipe)):
+            return model, recipe
+        again = train(tuple(recipe["freeze"]), recipe["lr"], epochs_trained(recipe), recipe["head_reinitialized"],
                       recipe["anchor"], [*finetune, *val])
-        model, guard = guarded_refit(model, refit, [*finetune, *val], spade, params)
-        recipe = {**recipe, **guard}
-    return model, {**recipe, "refit": params.refit, "grid": tried}
+        model, guard = guarded_refit(model, again, [*finetune, *val], spade, params)
+        return model, {**recipe, **guard}
+
+    return chosen_on_validation(tried, refit, val, spade, params)
+
+
+def chosen_on_validation(tried: list[tuple[RankingModel, dict]], refit, val: Sequence[Group], spade,
+                         params: Params) -> tuple[RankingModel, dict]:
+    """The grid's best model on validation, or the mean of its m best (`RankEnsemble`) where validation prefers it.
+
+    `tried`: (model, recipe) in grid order, each recipe with its validation metrics under "val". The sizes m
+    are `params.ensemble_sizes`; a larger ensemble must validate strictly better than every smaller one (so
+    with sizes (1,), the default, this is the grid's first best model, as before ensembles existed). Each
+    member then goes through `refit` ((model, recipe) -> (model, recipe)). The returned recipe is the best
+    member's, with the choice's validation metrics, the ensemble size and, for m > 1, every member's recipe.
+    """
+    key = SUMMARY_KEY[params.select_metric]
+    # stable: ties keep grid order; a NaN validation score ranks last
+    ranked = sorted(tried, key=lambda t: -t[1]["val"][key] if np.isfinite(t[1]["val"][key]) else np.inf)
+    size, metrics = 1, ranked[0][1]["val"]
+    for m in sorted({m for m in params.ensemble_sizes if 1 < m <= len(ranked)}):
+        candidate = val_score(RankEnsemble([model for model, _ in ranked[:m]]), val, spade, params.top_k)
+        if candidate[key] > metrics[key]:
+            size, metrics = m, candidate
+    members = [refit(model, recipe) for model, recipe in ranked[:size]]
+    grid = [recipe for _, recipe in tried]
+    model = members[0][0] if size == 1 else RankEnsemble([model for model, _ in members])
+    recipe = {**members[0][1], "val": metrics, "ensemble_size": size, "refit": params.refit, "grid": grid}
+    if size > 1:
+        recipe["ensemble"] = [member for _, member in members]
+    return model, recipe
 
 
 def guarded_refit(validated, refit, seen: Sequence[Group], spade, params: Params) -> tuple:
@@ -504,21 +533,21 @@ def train_no_transfer(nt_base: CognateCostModel, groups: Sequence[Group], val: S
         model.config = model.config.replace(**{"train.lr": lr})
         return model.fit(train_groups, space=spade, val_groups=val_groups, epochs=epochs)
 
-    best, tried = None, []
+    tried = []
     for lr in params.nt_lrs:
         model = train(lr, params.nt_epochs, groups, val)
-        metrics = val_score(model, val, spade, params.top_k)
-        recipe = {"lr": lr, "epochs_max": params.nt_epochs, "epoch_kept": best_epoch(model, params.nt_epochs),
-                  "val": metrics}
-        tried.append(recipe)
-        if better(metrics, best, params.select_metric):
-            best = (model, recipe)
-    model, recipe = best
-    if params.refit and epochs_trained(recipe):
-        refit = train(recipe["lr"], epochs_trained(recipe), [*groups, *val])
-        model, guard = guarded_refit(model, refit, [*groups, *val], spade, params)
-        recipe = {**recipe, **guard}
-    return model, {**recipe, "refit": params.refit, "grid": tried}
+        tried.append((model, {"lr": lr, "epochs_max": params.nt_epochs,
+                              "epoch_kept": best_epoch(model, params.nt_epochs),
+                              "val": val_score(model, val, spade, params.top_k)}))
+
+    def refit(model, recipe):
+        if not (params.refit and epochs_trained(recipe)):
+            return model, recipe
+        again = train(recipe["lr"], epochs_trained(recipe), [*groups, *val])
+        model, guard = guarded_refit(model, again, [*groups, *val], spade, params)
+        return model, {**recipe, **guard}
+
+    return chosen_on_validation(tried, refit, val, spade, params)
 
 
 def xgboost_on_validation(source_model, finetune, val, spade, params: Params) -> tuple[RankingModel, dict]:
@@ -530,17 +559,17 @@ def xgboost_on_validation(source_model, finetune, val, spade, params: Params) ->
             model.finetune(groups, space=spade)
         return model
 
-    best, tried = None, []
+    tried = []
     for rounds in params.xgb_rounds:
         model = train(rounds, finetune)
-        metrics = val_score(model, val, spade, params.top_k)
-        tried.append({"rounds": rounds, "val": metrics})
-        if better(metrics, best, params.select_metric):
-            best = (model, tried[-1])
-    model, recipe = best
-    if params.refit and recipe["rounds"]:
-        model = train(recipe["rounds"], [*finetune, *val])
-    return model, {**recipe, "refit": params.refit, "grid": tried}
+        tried.append((model, {"rounds": rounds, "val": val_score(model, val, spade, params.top_k)}))
+
+    def refit(model, recipe):
+        if not (params.refit and recipe["rounds"]):
+            return model, recipe
+        return train(recipe["rounds"], [*finetune, *val]), recipe
+
+    return chosen_on_validation(tried, refit, val, spade, params)
 
 
 def pretrain_variant(cpu_model: CognateCostModel, cpu_train, cpu_val, cpu_space, params: Params,
@@ -840,6 +869,9 @@ def ablation_methods(summary: dict) -> list[str]:
 
 
 def recipe_text(recipe: dict) -> str:
+    if recipe.get("ensemble"):
+        members = [recipe_text({**member, "refit": recipe.get("refit")}) for member in recipe["ensemble"]]
+        return f"mean of the {len(members)} best on validation ({' / '.join(members)})"
     if not recipe.get("epochs_max"):
         return "no fine-tuning"
     head = "head re-initialized" if recipe.get("head_reinitialized") else "pre-trained head"
@@ -880,6 +912,8 @@ def write_markdown(op: str, result: dict, params: Params, path: Path, command: s
              + ("Refit: each chosen recipe trained again, to its chosen epoch, on the target training and "
                 "validation matrices together (best fixed: chosen on both); a refit model that ranks those matrices "
                 "worse than the validated model does is rejected and the validated model kept. " if params.refit else "")
+             + (f"Ensembles: validation chose, per method and seed, among the mean of the grid's m best models "
+                f"for m in {list(params.ensemble_sizes)}. " if max(params.ensemble_sizes) > 1 else "")
              + (f"SPADE knob encoder: {params.target_knob_encoder} (COGNATE's is latent). "
                 if params.target_knob_encoder != "latent" else "")
              + f"CPU model: {info['cpu_model']['source']}; CPU data for the re-pre-trained "
@@ -1012,6 +1046,9 @@ def parse_args(argv):
     parser.add_argument("--nt-epochs", type=positive(int), default=None, help="most epochs of NTn training")
     parser.add_argument("--anchors", type=float, nargs="+", default=None,
                         help="L2-SP strengths of the fine-tuning recipes (0: plain fine-tuning; default 0)")
+    parser.add_argument("--ensemble-sizes", type=positive(int), nargs="+", default=None, metavar="M",
+                        help="let validation choose, per method and seed, to score with the mean of the grid's M best "
+                             "models' standardized scores instead of its best model (1 = the best alone; default 1)")
     parser.add_argument("--nt-lrs", type=positive(float), nargs="+", default=None, help="NTn learning rates")
     parser.add_argument("--ks", type=positive(int), nargs="+", default=None,
                         help="TLk sizes: target matrices fine-tuned on (must hold 5)")
@@ -1061,7 +1098,8 @@ def parse_args(argv):
     if args.target_knob_encoder:
         changes["target_knob_encoder"] = args.target_knob_encoder
     grid = {"finetune_epochs": args.finetune_epochs, "lrs": args.lrs, "reinit_lrs": args.reinit_lrs,
-            "nt_epochs": args.nt_epochs, "nt_lrs": args.nt_lrs, "anchors": args.anchors}
+            "nt_epochs": args.nt_epochs, "nt_lrs": args.nt_lrs, "anchors": args.anchors,
+            "ensemble_sizes": args.ensemble_sizes}
     changes.update({name: tuple(value) if isinstance(value, list) else value
                     for name, value in grid.items() if value is not None})
     # a synthetic corpus' first N entries are synthetic:N:SEED (same sizes range): a prefix of the data
@@ -1071,6 +1109,8 @@ def parse_args(argv):
         changes["nt_sizes"] = tuple(sorted({min(n, args.pool_matrices) for n in params.nt_sizes}))
     if args.curve_only and (args.ablations or args.ablations_only or args.ship_only or args.ship):
         parser.error("--curve-only runs neither ablations nor shipping")
+    if args.ship and args.ensemble_sizes and max(args.ensemble_sizes) > 1:
+        parser.error("--ship writes one network: it does not go with --ensemble-sizes above 1")
     if args.pool_max_rows:
         changes["pool_max_rows"] = args.pool_max_rows
     if args.eval_matrices:

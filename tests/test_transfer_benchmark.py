@@ -393,3 +393,96 @@ def test_groups_hold_the_pattern_without_values(monkeypatch):
         a, b = pattern_of(lean, max_points=64), pattern_of(full, max_points=64)
         assert a.level == b.level and np.array_equal(a.coords.numpy(), b.coords.numpy())
         assert np.array_equal(a.counts.numpy(), b.counts.numpy())
+
+
+def test_validation_chooses_an_ensemble_only_where_it_validates_better(monkeypatch):
+    """Two rankers that each see half of the cost (times = x + y; one scores x, the other y) rank validation
+    worse than their mean does: with --ensemble-sizes 1 2 validation takes the mean of both, each member
+    refit; with the default (1,) it takes the best single ranker, as before ensembles existed."""
+    import scipy.sparse as sp
+
+    from cognate_tvm.data import Group
+    from cognate_tvm.model.cognate import RankingModel
+    from cognate_tvm.model.ensemble import RankEnsemble
+    from cognate_tvm.space import create as create_space
+
+    bench = _load_benchmark(monkeypatch)
+    spade = create_space("spade", "spmm")
+    configs = (spade.baseline(), *[c for c in spade.configs()[:39] if c != spade.baseline()])
+    rng = np.random.default_rng(1)
+    x, y = rng.permutation(len(configs)) + 1.0, rng.permutation(len(configs)) + 1.0
+    part = {"x": dict(zip((c.to_json() for c in configs), x)), "y": dict(zip((c.to_json() for c in configs), y))}
+    val = [Group(f"v{i}", sp.random(40, 40, density=0.1, format="csr", random_state=i), 32, configs, x + y)
+           for i in range(2)]
+
+    class Part(RankingModel):
+        def __init__(self, key):
+            self.key, self.refit = key, False
+
+        def fit(self, groups, *, space):
+            return self
+
+        def finetune(self, groups, *, space):
+            return self
+
+        def predict(self, matrix, configs, *, space, feat):
+            return np.array([part[self.key][c.to_json()] for c in configs])
+
+    def tried():
+        return [(model, {"name": model.key, "val": bench.val_score(model, val, spade, 5)})
+                for model in (Part("x"), Part("y"))]
+
+    def refit(model, recipe):
+        model.refit = True
+        return model, {**recipe, "refit_kept": True}
+
+    params = bench.dataclasses.replace(bench.SIZES["test"], refit=True, ensemble_sizes=(1, 2))
+    candidates = tried()
+    best_single = max(r["val"]["pair_accuracy"] for _, r in candidates)
+    assert best_single < 0.9
+    model, recipe = bench.chosen_on_validation(candidates, refit, val, spade, params)
+    assert isinstance(model, RankEnsemble) and [m.key for m in model.members] == sorted(
+        ("x", "y"), key=lambda k: -next(r["val"]["pair_accuracy"] for m, r in candidates if m.key == k))
+    assert all(m.refit for m in model.members)
+    assert recipe["ensemble_size"] == 2 and recipe["val"]["pair_accuracy"] == pytest.approx(1.0)
+    assert [r["refit_kept"] for r in recipe["ensemble"]] == [True, True] and len(recipe["grid"]) == 2
+    assert bench.val_score(model, val, spade, 5)["oracle_fraction_top1"] == pytest.approx(1.0)
+
+    params = bench.dataclasses.replace(params, ensemble_sizes=(1,))
+    model, recipe = bench.chosen_on_validation(tried(), refit, val, spade, params)
+    assert isinstance(model, Part) and model.refit and recipe["ensemble_size"] == 1 and "ensemble" not in recipe
+    assert recipe["val"]["pair_accuracy"] == pytest.approx(best_single)
+    text = bench.recipe_text({"refit": True, "ensemble": [
+        {"epochs_max": 5, "freeze": ["featurizer"], "lr": 1e-3, "epoch_kept": 3}, {"epochs_max": 0}]})
+    assert text == ("mean of the 2 best on validation (pre-trained head, frozen featurizer, lr 0.001, epoch 3, "
+                    "refit / no fine-tuning)")
+
+
+def test_ship_refuses_an_ensemble(monkeypatch):
+    bench = _load_benchmark(monkeypatch)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--size", "test", "--ship", "--ensemble-sizes", "1", "3"])
+    params, _ = bench.parse_args(["--size", "test", "--ensemble-sizes", "3", "1"])
+    assert params.ensemble_sizes == (3, 1) and bench.SIZES["full"].ensemble_sizes == (1,)
+
+
+def test_curve_with_ensembles_records_each_choice(tmp_path, monkeypatch):
+    """--ensemble-sizes at toy scale: each learned row records the ensemble size validation chose; a chosen
+    ensemble validates strictly better than the grid's best single model and lists its members' recipes."""
+    bench = _load_benchmark(monkeypatch)
+    out = tmp_path / "out"
+    argv = ["--size", "test", "--ops", "spmm", "--out", str(out), "--curve-only", "--ks", "5", "--nt-sizes", "5",
+            "--no-progress", "--threads", "1", "--ensemble-sizes", "1", "2", "3", "--lrs", "1e-3", "3e-3"]
+    assert bench.main(argv) == 0
+    result = json.loads((out / "transfer_spmm_curve.json").read_text())
+    assert result["params"]["ensemble_sizes"] == [1, 2, 3]
+    for method in ("tl5", "nt5"):
+        recipe = result["recipes"][method]["0"]
+        size, grid = recipe["ensemble_size"], recipe["grid"]
+        assert 1 <= size <= min(3, len(grid)), method
+        best_single = max(r["val"]["pair_accuracy"] for r in grid)
+        if size == 1:
+            assert recipe["val"]["pair_accuracy"] == best_single and "ensemble" not in recipe
+        else:
+            assert recipe["val"]["pair_accuracy"] > best_single and len(recipe["ensemble"]) == size
+    assert "Ensembles: validation chose" in (out / "transfer_spmm_curve.md").read_text()
