@@ -58,6 +58,12 @@ mean of the standardized scores of its grid's m best models (`RankEnsemble`) ins
 a larger m must validate strictly better. With ``--refit`` each member is refit (and guarded) on its
 own. Default 1: no ensembles (docs/transfer.md, run T: it narrows the worst case, not the gap).
 
+``--target-loss listwise``: every network trained on SPADE data uses ListNet's loss, which weighs each
+matrix's fastest configs (``--listwise-temperature``), instead of its source model's own (the shipped
+CPU models': slowdown). ``--audit-grid``: every grid point of TLk and NTn is also scored on the test
+matrices after validation has chosen (recorded, never used for a choice): what a perfect choice among
+the grid would reach (docs/transfer.md, run U).
+
 ``--ablations`` adds, at k = 5: the COGNATE network re-pre-trained like the
 WACO variants (the reference they compare with), without the mapper, with a
 random-permutation mapping, without the latent encoder (platform knobs
@@ -102,6 +108,7 @@ from cognate_tvm.model.cognate import CognateCostModel, RankingModel
 from cognate_tvm.model.ensemble import RankEnsemble
 from cognate_tvm.model.pretrained import CARD_FILE, PRETRAINED_DIR, load_pretrained, pretrained_path
 from cognate_tvm.space import create as create_space
+from cognate_tvm.train import LOSSES
 
 logger = logging.getLogger("transfer")
 
@@ -155,6 +162,11 @@ class Params:
     # sizes m among which validation chooses to score with the mean of a grid's m best models (RankEnsemble)
     # instead of its best one; (1,): no ensembles
     ensemble_sizes: tuple[int, ...] = (1,)
+    # the loss of every network trained on target data (TLk, NTn, WACO+FA/FM, the ablations): None keeps the
+    # CPU model's own (the shipped ones: "slowdown"); or "pairwise", "slowdown", "listwise" (ListNet: weight
+    # on each matrix's fastest configs, run U)
+    target_loss: str | None = None
+    listwise_temperature: float = 0.1  # TrainConfig.listwise_temperature of the "listwise" loss
     nt_epochs: int = 100
     nt_lrs: tuple[float, ...] = (3e-3, 1e-2)
     xgb_rounds: tuple[int, ...] = (0, 25, 100, 300)
@@ -437,8 +449,16 @@ def reinitialized(base: CognateCostModel, seed: int) -> CognateCostModel:
     return model
 
 
+def target_loss(params: Params) -> dict:
+    """The TrainConfig changes that give a network trained on target data the run's loss (none: the source's)."""
+    if params.target_loss is None:
+        return {}
+    return {"train.loss": params.target_loss, "train.listwise_temperature": params.listwise_temperature}
+
+
 def finetune_on_validation(base: CognateCostModel, finetune: Sequence[Group], val: Sequence[Group], spade,
-                           params: Params, seed: int, freezes=None) -> tuple[CognateCostModel, dict]:
+                           params: Params, seed: int, freezes=None,
+                           audit: Sequence[Group] = ()) -> tuple[CognateCostModel, dict]:
     """Fine-tune copies of `base` with every recipe of the grid; keep the best on validation (`params.select_metric`).
 
     The grid: no fine-tuning; (frozen parts) x lr; with the default `freezes`, also the
@@ -454,7 +474,7 @@ def finetune_on_validation(base: CognateCostModel, finetune: Sequence[Group], va
     def train(freeze, lr, epochs, reinit, anchor, groups, val_groups=None) -> CognateCostModel:
         model = reinitialized(base, seed) if reinit else copy.deepcopy(base)
         model.seed = seed
-        model.config = model.config.replace(**{"train.finetune_anchor": anchor})
+        model.config = model.config.replace(**{"train.finetune_anchor": anchor, **target_loss(params)})
         if epochs:
             model.finetune(groups, space=spade, freeze=freeze, epochs=epochs, lr=lr, val_groups=val_groups)
         return model
@@ -474,11 +494,11 @@ def finetune_on_validation(base: CognateCostModel, finetune: Sequence[Group], va
         model, guard = guarded_refit(model, again, [*finetune, *val], spade, params)
         return model, {**recipe, **guard}
 
-    return chosen_on_validation(tried, refit, val, spade, params)
+    return chosen_on_validation(tried, refit, val, spade, params, audit)
 
 
 def chosen_on_validation(tried: list[tuple[RankingModel, dict]], refit, val: Sequence[Group], spade,
-                         params: Params) -> tuple[RankingModel, dict]:
+                         params: Params, audit: Sequence[Group] = ()) -> tuple[RankingModel, dict]:
     """The grid's best model on validation, or the mean of its m best (`RankEnsemble`) where validation prefers it.
 
     `tried`: (model, recipe) in grid order, each recipe with its validation metrics under "val". The sizes m
@@ -486,6 +506,9 @@ def chosen_on_validation(tried: list[tuple[RankingModel, dict]], refit, val: Seq
     with sizes (1,), the default, this is the grid's first best model, as before ensembles existed). Each
     member then goes through `refit` ((model, recipe) -> (model, recipe)). The returned recipe is the best
     member's, with the choice's validation metrics, the ensemble size and, for m > 1, every member's recipe.
+
+    `audit` (`--audit-grid`): matrices on which every grid point is also scored, under "audit" in its
+    recipe, after the choice is made and never read by it: what a perfect choice among the grid could reach.
     """
     key = SUMMARY_KEY[params.select_metric]
     # stable: ties keep grid order; a NaN validation score ranks last
@@ -497,11 +520,18 @@ def chosen_on_validation(tried: list[tuple[RankingModel, dict]], refit, val: Seq
             size, metrics = m, candidate
     members = [refit(model, recipe) for model, recipe in ranked[:size]]
     grid = [recipe for _, recipe in tried]
+    if audit:
+        grid = [{**recipe, "audit": audit_metrics(model, audit, spade, params)} for model, recipe in tried]
     model = members[0][0] if size == 1 else RankEnsemble([model for model, _ in members])
     recipe = {**members[0][1], "val": metrics, "ensemble_size": size, "refit": params.refit, "grid": grid}
     if size > 1:
         recipe["ensemble"] = [member for _, member in members]
     return model, recipe
+
+
+def audit_metrics(model: RankingModel, groups: Sequence[Group], spade, params: Params) -> dict:
+    summary, _ = evaluate_groups(model, groups, spade, params.top_k)
+    return {name: summary[name] for name in ("oracle_fraction_top1", "oracle_fraction_topk", "pair_accuracy")}
 
 
 def guarded_refit(validated, refit, seen: Sequence[Group], spade, params: Params) -> tuple:
@@ -524,13 +554,13 @@ def epochs_trained(recipe: dict) -> int:
 
 
 def train_no_transfer(nt_base: CognateCostModel, groups: Sequence[Group], val: Sequence[Group], spade,
-                      params: Params, seed: int) -> tuple[CognateCostModel, dict]:
+                      params: Params, seed: int, audit: Sequence[Group] = ()) -> tuple[CognateCostModel, dict]:
     """The COGNATE network trained on target data only; lr and epoch chosen on validation."""
 
     def train(lr, epochs, train_groups, val_groups=None) -> CognateCostModel:
         model = copy.deepcopy(nt_base)
         model.seed = seed
-        model.config = model.config.replace(**{"train.lr": lr})
+        model.config = model.config.replace(**{"train.lr": lr, **target_loss(params)})
         return model.fit(train_groups, space=spade, val_groups=val_groups, epochs=epochs)
 
     tried = []
@@ -547,7 +577,7 @@ def train_no_transfer(nt_base: CognateCostModel, groups: Sequence[Group], val: S
         model, guard = guarded_refit(model, again, [*groups, *val], spade, params)
         return model, {**recipe, **guard}
 
-    return chosen_on_validation(tried, refit, val, spade, params)
+    return chosen_on_validation(tried, refit, val, spade, params, audit)
 
 
 def xgboost_on_validation(source_model, finetune, val, spade, params: Params) -> tuple[RankingModel, dict]:
@@ -701,6 +731,7 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
     timings["source_variants"] = time.perf_counter() - start
 
     embed = lambda matrix: cpu_model.embedding(matrix).numpy()  # noqa: E731 (cached per matrix)
+    audit = data.test if args.audit_grid else ()  # scored after each choice, never read by one
     for seed in (params.seeds[:1] if args.ship_only else params.seeds):
         torch.manual_seed(seed)
         pool = finetune_draw(data.pool, len(data.pool), seed, "random")  # NTn's matrices: the first n
@@ -711,7 +742,7 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
             start = time.perf_counter()
             chosen = drawn[k]
             warm_embeddings(cpu_model, chosen)
-            model, recipe = finetune_on_validation(cpu_model, chosen, data.val, spade, params, seed)
+            model, recipe = finetune_on_validation(cpu_model, chosen, data.val, spade, params, seed, audit=audit)
             score(f"tl{k}", seed, model, samples(chosen) + n_val, time.perf_counter() - start,
                   {**recipe, "finetune_matrices": [g.name for g in chosen]})
             if k == 5 and seed == params.seeds[0]:
@@ -742,7 +773,7 @@ def run_op(op: str, params: Params, args, out: Path) -> dict:
         shared = time.perf_counter() - start
         for n, groups in nt_groups.items():
             start = time.perf_counter()
-            model, recipe = train_no_transfer(nt_base, groups, data.val, spade, params, seed)
+            model, recipe = train_no_transfer(nt_base, groups, data.val, spade, params, seed, audit=audit)
             score(f"nt{n}", seed, model, samples(groups) + n_val, time.perf_counter() - start + shared, recipe)
         if cpu_baselines:
             start = time.perf_counter()
@@ -914,6 +945,9 @@ def write_markdown(op: str, result: dict, params: Params, path: Path, command: s
                 "worse than the validated model does is rejected and the validated model kept. " if params.refit else "")
              + (f"Ensembles: validation chose, per method and seed, among the mean of the grid's m best models "
                 f"for m in {list(params.ensemble_sizes)}. " if max(params.ensemble_sizes) > 1 else "")
+             + (f"Loss of every network trained on SPADE data: {params.target_loss}"
+                + (f" (temperature {params.listwise_temperature})" if params.target_loss == "listwise" else "")
+                + " (default: the CPU model's own). " if params.target_loss else "")
              + (f"SPADE knob encoder: {params.target_knob_encoder} (COGNATE's is latent). "
                 if params.target_knob_encoder != "latent" else "")
              + f"CPU model: {info['cpu_model']['source']}; CPU data for the re-pre-trained "
@@ -927,12 +961,42 @@ def write_markdown(op: str, result: dict, params: Params, path: Path, command: s
     if chosen:
         lines += ["", "TL5 recipes chosen on validation: " + "; ".join(
             f"seed {seed}: " + recipe_text(r) for seed, r in sorted(chosen.items(), key=lambda x: int(x[0])))]
+    lines += audit_lines(result)
     if any(m.startswith("abl_") for m in result["summary"]):
         lines += ["", "### Ablations (k = 5, same validation and recipe grid)", ""]
         lines += markdown(op, result, params, ablation_methods(result["summary"]))
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     return text
+
+
+def audit_lines(result: dict) -> list[str]:
+    """`--audit-grid`'s table: per method, the test top-1 / oracle of the model chosen (refit included) beside
+    the chosen grid point before refit and the grid point that was best on test (hindsight, seed by seed)."""
+    rows = []
+    for method, per_seed in result.get("recipes", {}).items():
+        audited = [(int(seed), recipe) for seed, recipe in per_seed.items()
+                   if all("audit" in point for point in recipe.get("grid", [{}]))]
+        if not audited or len(audited) != len(per_seed):
+            continue
+        test = {run["seed"]: run["oracle_fraction_top1"] for run in result["runs"] if run["method"] == method}
+        chosen = [test[seed] for seed, _ in audited]
+        before = [next(p["audit"]["oracle_fraction_top1"] for p in r["grid"] if same_point(p, r)) for _, r in audited]
+        best = [max(p["audit"]["oracle_fraction_top1"] for p in r["grid"]) for _, r in audited]
+        cells = [f"{np.mean(v):.3f} ± {np.std(v):.3f} ({' / '.join(f'{x:.3f}' for x in v)})"
+                 for v in (chosen, before, best)]
+        rows.append(f"| {method} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["", "### Grid audit (`--audit-grid`): every grid point scored on test after the choice, never by it", "",
+            "| method | chosen (as scored above) | its grid point, before refit | best grid point on test |",
+            "|---|---|---|---|", *rows]
+
+
+def same_point(point: dict, recipe: dict) -> bool:
+    """Whether grid entry `point` is the recipe `recipe` was chosen from (its best member for an ensemble)."""
+    fields = [k for k in point if k not in ("val", "audit")]
+    return all(point[k] == recipe.get(k) for k in fields)
 
 
 def plot(op: str, result: dict, params: Params, out: Path, stem: str) -> None:
@@ -1049,6 +1113,13 @@ def parse_args(argv):
     parser.add_argument("--ensemble-sizes", type=positive(int), nargs="+", default=None, metavar="M",
                         help="let validation choose, per method and seed, to score with the mean of the grid's M best "
                              "models' standardized scores instead of its best model (1 = the best alone; default 1)")
+    parser.add_argument("--target-loss", choices=LOSSES, default=None,
+                        help="the loss of every network trained on SPADE data (default: the CPU model's own, "
+                             "slowdown for the shipped models): pairwise (margin loss over random pairs), slowdown, or "
+                             "listwise (ListNet: weight on each matrix's fastest configs)")
+    parser.add_argument("--listwise-temperature", type=positive(float), default=None,
+                        help="the listwise loss' temperature: a config t / t_best slower weighs (t_best / t) ** "
+                             "(1 / temperature) of the best in its target (default 0.1)")
     parser.add_argument("--nt-lrs", type=positive(float), nargs="+", default=None, help="NTn learning rates")
     parser.add_argument("--ks", type=positive(int), nargs="+", default=None,
                         help="TLk sizes: target matrices fine-tuned on (must hold 5)")
@@ -1065,6 +1136,10 @@ def parse_args(argv):
     parser.add_argument("--target-knob-encoder", choices=("latent", "pad"), default=None,
                         help="the SPADE knob encoder of the transferred model: COGNATE's latent autoencoder "
                              "(default) or the raw knobs, zero-padded")
+    parser.add_argument("--audit-grid", action="store_true",
+                        help="also score every grid point of TLk and NTn on the test matrices (recorded under "
+                             "'audit', after validation has chosen, never used for a choice): how far a perfect "
+                             "choice among the grid would go")
     parser.add_argument("--ablations", action="store_true", help="add the ablation rows")
     parser.add_argument("--ablations-only", action="store_true",
                         help="only TL5 and the ablation rows (writes transfer_<op>_ablations.*)")
@@ -1097,6 +1172,10 @@ def parse_args(argv):
         changes["refit"] = True
     if args.target_knob_encoder:
         changes["target_knob_encoder"] = args.target_knob_encoder
+    if args.target_loss:
+        changes["target_loss"] = args.target_loss
+    if args.listwise_temperature:
+        changes["listwise_temperature"] = args.listwise_temperature
     grid = {"finetune_epochs": args.finetune_epochs, "lrs": args.lrs, "reinit_lrs": args.reinit_lrs,
             "nt_epochs": args.nt_epochs, "nt_lrs": args.nt_lrs, "anchors": args.anchors,
             "ensemble_sizes": args.ensemble_sizes}

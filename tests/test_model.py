@@ -9,8 +9,8 @@ import torch
 from cognate_tvm.baselines import RandomRanker
 from cognate_tvm.errors import ModelVersionError
 from cognate_tvm.model import CognateCostModel
-from cognate_tvm.train import (SLOWDOWN_CAP, evaluate, pair_accuracy, pairwise_margin_loss, slowdown_loss,
-                               validation_metrics)
+from cognate_tvm.train import (SLOWDOWN_CAP, evaluate, listwise_loss, pair_accuracy, pairwise_margin_loss,
+                               slowdown_loss, validation_metrics)
 from toy_space import ToyAccelSpace, ToySpace, fast_model_config, measured_groups, real_spaces, small_corpus
 
 torch.set_num_threads(1)  # small ops: one thread is faster on a shared 2-core machine
@@ -262,6 +262,27 @@ def test_slowdown_loss_targets_log_slowdown_and_trains(toy_split):
     assert pair_accuracy(model, val, space=space) > 0.6
     with pytest.raises(ValueError, match="unknown loss 'hinge'"):
         CognateCostModel(fast_model_config(**{"train.loss": "hinge"}), seed=0).fit(groups, space=space)
+
+
+def test_listwise_loss_puts_its_weight_on_the_fastest_configs(toy_split):
+    times = torch.tensor([1.0, 1.3, 2.0, 4.0])
+    right_top = torch.tensor([0.0, 1.0, 9.0, 5.0])  # the two fastest first, the slow tail misordered
+    wrong_top = torch.tensor([1.0, 0.0, 5.0, 9.0])  # the two fastest swapped, the tail in order
+    wrong_best = torch.tensor([9.0, 5.0, 0.0, 1.0])  # the slowest first
+    loss = lambda s: float(listwise_loss(s, times, temperature=0.1))  # noqa: E731
+    assert loss(right_top) < loss(wrong_top) < loss(wrong_best)
+    # a misordered slow tail (2x and 4x the best) costs far less than a swap at the top at temperature 0.1
+    ordered = loss(torch.tensor([0.0, 1.0, 5.0, 9.0]))
+    assert loss(right_top) - ordered < 0.01 * (loss(wrong_top) - ordered)
+    # a shift of every score changes nothing: it is a ranking loss
+    assert loss(right_top + 7.0) == pytest.approx(loss(right_top))
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        listwise_loss(right_top, times, temperature=0.0)
+    space, groups, val = toy_split
+    model = CognateCostModel(fast_model_config(**{"train.epochs": 8, "train.loss": "listwise"}), seed=1)
+    model.fit(groups, space=space, val_groups=val)
+    assert model.history[-1]["loss"] < model.history[0]["loss"]
+    assert pair_accuracy(model, val, space=space) > 0.6
 
 
 def _timed_groups(space, times_per_matrix):

@@ -486,3 +486,46 @@ def test_curve_with_ensembles_records_each_choice(tmp_path, monkeypatch):
         else:
             assert recipe["val"]["pair_accuracy"] > best_single and len(recipe["ensemble"]) == size
     assert "Ensembles: validation chose" in (out / "transfer_spmm_curve.md").read_text()
+
+
+def test_target_loss_and_grid_audit(tmp_path, monkeypatch):
+    """--target-loss listwise: TLk's fine-tuning and NTn's training both use the listwise loss (counted calls),
+    and the JSON and markdown say which loss the run used. --audit-grid: every grid point carries its test
+    scores; without refit the chosen grid point's audit is the row's own test score."""
+    bench = _load_benchmark(monkeypatch)
+    import cognate_tvm.train as train
+
+    assert bench.target_loss(bench.SIZES["test"]) == {}  # by default each network keeps its source's loss
+    calls = []
+    real = train.listwise_loss
+    monkeypatch.setattr(train, "listwise_loss", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    seen = []
+    real_fit = bench.CognateCostModel.fit
+    real_finetune = bench.CognateCostModel.finetune
+    loss_of = lambda model: (model.config.train.loss, model.config.train.listwise_temperature)  # noqa: E731
+    monkeypatch.setattr(bench.CognateCostModel, "fit",
+                        lambda self, *a, **kw: seen.append(("fit", loss_of(self))) or real_fit(self, *a, **kw))
+    monkeypatch.setattr(bench.CognateCostModel, "finetune",
+                        lambda self, *a, **kw: seen.append(("finetune", loss_of(self)))
+                        or real_finetune(self, *a, **kw))
+    out = tmp_path / "out"
+    argv = ["--size", "test", "--ops", "spmm", "--out", str(out), "--curve-only", "--ks", "5", "--nt-sizes", "5",
+            "--no-progress", "--threads", "1", "--target-loss", "listwise", "--listwise-temperature", "0.3",
+            "--lrs", "1e-3", "--audit-grid"]
+    assert bench.main(argv) == 0
+    assert {kind for kind, _ in seen} == {"fit", "finetune"}  # NT5 fits, TL5 fine-tunes
+    assert {loss for _, loss in seen} == {("listwise", 0.3)} and calls
+    result = json.loads((out / "transfer_spmm_curve.json").read_text())
+    assert result["params"]["target_loss"] == "listwise"
+    assert result["params"]["listwise_temperature"] == 0.3
+    markdown = (out / "transfer_spmm_curve.md").read_text()
+    assert "Loss of every network trained on SPADE data: listwise (temperature 0.3)" in markdown
+    for method in ("tl5", "nt5"):
+        recipe = result["recipes"][method]["0"]
+        audits = [point["audit"] for point in recipe["grid"]]
+        assert audits and all(0 < a["oracle_fraction_top1"] <= 1 for a in audits)
+        run = next(r for r in result["runs"] if r["method"] == method)
+        chosen = [p for p in recipe["grid"] if bench.same_point(p, recipe)]
+        assert len(chosen) == 1 and chosen[0]["audit"]["oracle_fraction_top1"] == run["oracle_fraction_top1"]
+        assert max(a["oracle_fraction_top1"] for a in audits) >= run["oracle_fraction_top1"]
+    assert "### Grid audit" in markdown and "| tl5 |" in markdown and "| nt5 |" in markdown

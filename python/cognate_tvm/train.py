@@ -83,7 +83,7 @@ def pairwise_margin_loss(scores: torch.Tensor, times: torch.Tensor, *, pairs: in
     return (hinge * weight).sum() / weight.sum().clamp(min=1e-12)
 
 
-LOSSES = ("pairwise", "slowdown")
+LOSSES = ("pairwise", "slowdown", "listwise")
 SLOWDOWN_CAP = 3.0  # ln(t / t_best) above this (20x) counts as 20x: timeouts and outliers do not dominate
 
 
@@ -98,10 +98,26 @@ def slowdown_loss(scores: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
     return torch.mean((scores - target) ** 2)
 
 
+def listwise_loss(scores: torch.Tensor, times: torch.Tensor, temperature: float) -> torch.Tensor:
+    """ListNet's cross-entropy (Cao et al., ICML 2007) between softmax(-scores) and a target distribution
+    softmax(-ln(t / t_best) / temperature) over one group's configs.
+
+    Uniform random pairs spend most of a pairwise loss ordering the middle of the ranking; top-1 is decided
+    among the fastest few configs, and here a config 2x slower than the best weighs (1/2)^(1/temperature)
+    of it (0.001 at 0.1), so the gradient goes to the top.
+    """
+    if not temperature > 0:
+        raise ValueError(f"listwise temperature must be > 0, got {temperature}")
+    target = torch.softmax(-torch.log(times / times.min()) / temperature, dim=0)
+    return -(target * torch.log_softmax(-scores, dim=0)).sum()
+
+
 def group_loss(scores: torch.Tensor, times: torch.Tensor, train, generator: torch.Generator) -> torch.Tensor:
     """The training loss of one group's scores under TrainConfig `train`."""
     if train.loss == "slowdown":
         return slowdown_loss(scores, times)
+    if train.loss == "listwise":
+        return listwise_loss(scores, times, train.listwise_temperature)
     return pairwise_margin_loss(scores, times, pairs=train.pairs_per_matrix, margin=train.margin,
                                 generator=generator, weighting=train.pair_weighting)
 

@@ -54,7 +54,10 @@ class TrainConfig:
     pairs_per_matrix: int = 256
     margin: float = 1.0
     train_featurizer: bool = True   # pre-training updates the featurizer (else embeddings are cached)
-    loss: str = "pairwise"          # "pairwise" (margin ranking) or "slowdown" (regress log t / t_best)
+    # "pairwise" (margin ranking), "slowdown" (regress log t / t_best) or "listwise" (ListNet: cross-entropy
+    # between the softmax of the scores and a target that puts its weight on each matrix's fastest configs)
+    loss: str = "pairwise"
+    listwise_temperature: float = 0.1  # listwise target weight of a config: (t_best / t) ** (1 / temperature)
     pair_weighting: str = "uniform"  # "uniform", or "log_ratio": pairs weighted by |log t_a/t_b| (capped)
     select_metric: str = "pair_accuracy"  # validation picks the epoch on "pair_accuracy" or "top1_fraction"
     finetune_epochs: int = 60
