@@ -1154,6 +1154,8 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if (args.cpu_data is None) != (args.cpu_corpus is None):
         parser.error("--cpu-data and --cpu-corpus go together")
+    if args.listwise_temperature and args.target_loss != "listwise":
+        parser.error("--listwise-temperature goes with --target-loss listwise")
     params = SIZES[args.size]
     changes = {}
     if args.ops:

@@ -496,6 +496,8 @@ def test_target_loss_and_grid_audit(tmp_path, monkeypatch):
     import cognate_tvm.train as train
 
     assert bench.target_loss(bench.SIZES["test"]) == {}  # by default each network keeps its source's loss
+    with pytest.raises(SystemExit):  # a temperature without the listwise loss would be silently ignored
+        bench.parse_args(["--listwise-temperature", "0.3"])
     calls = []
     real = train.listwise_loss
     monkeypatch.setattr(train, "listwise_loss", lambda *a, **kw: calls.append(1) or real(*a, **kw))
