@@ -530,7 +530,7 @@ def chosen_on_validation(tried: list[tuple[RankingModel, dict]], refit, val: Seq
 
 
 def audit_metrics(model: RankingModel, groups: Sequence[Group], spade, params: Params) -> dict:
-    summary, _ = evaluate_groups(model, groups, spade, params.top_k)
+    summary = val_score(model, groups, spade, params.top_k)
     return {name: summary[name] for name in ("oracle_fraction_top1", "oracle_fraction_topk", "pair_accuracy")}
 
 
