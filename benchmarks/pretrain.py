@@ -86,11 +86,13 @@ def fit_cognate(train, val, space, args, init: CognateCostModel | None) -> Cogna
     """A fresh model (hyperparameters from --hparams), or a copy of `init`, trained on `train`."""
     overrides = json.loads(args.hparams.read_text()) if args.hparams else {}
     changes = {"train.epochs": args.epochs, "train.lr": args.lr, "train.train_featurizer": True}
+    if args.locality:
+        changes["featurizer.locality"] = True
     if init is None:
         model = CognateCostModel(ModelConfig().replace(**{**overrides, **changes}), seed=args.seed,
                                  progress=not args.quiet)
     else:
-        model = copy.deepcopy(init)
+        model = init.with_locality_stats() if args.locality else copy.deepcopy(init)
         model.config = model.config.replace(**{**overrides, **changes})
         model.history = []
     return model.fit(train, space=space, val_groups=val)
@@ -219,6 +221,9 @@ def main(argv=None) -> int:
                         help='JSON of ModelConfig overrides, e.g. {"featurizer.stem_channels": 16}')
     parser.add_argument("--init", default=None,
                         help="start from a saved model: 'shipped' (the package's CPU model of --op) or a directory")
+    parser.add_argument("--locality", action="store_true",
+                        help="the featurizer also reads each matrix's locality_profile (with --init: the init "
+                             "model widened, its new inputs starting at zero weight; docs/transfer.md run V)")
     parser.add_argument("--ship", type=Path, default=None,
                         help="where to save the model (default: package data, <op>-cpu or <op>-cpu-<T>t)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/pretrain"))

@@ -1,4 +1,5 @@
 """The sparse-convolution featurizer: dense conv2d reference, binning cap, memory, cache key."""
+import dataclasses
 import json
 import subprocess
 import sys
@@ -205,3 +206,19 @@ def test_binning_picks_the_smallest_level_that_fits(family, bitmap_cells, monkey
         keys = (pattern.coords[:, 0] << 32) | pattern.coords[:, 1]
         assert pattern.level == level and got == cells
         assert torch.all(keys[1:] > keys[:-1])  # sorted, distinct
+
+
+def test_locality_featurizer_reads_the_profile():
+    from cognate_tvm.matrix import LOCALITY_WIDTH, locality_profile
+
+    m = _matrix(rows=300, cols=200, density=0.02)
+    net = SparseConvFeaturizer(dataclasses.replace(SMALL, locality=True))
+    assert net.stats_mlp[0].in_features == 4 + LOCALITY_WIDTH
+    pattern = net.pattern(m)
+    assert torch.equal(pattern.locality, torch.from_numpy(locality_profile(m)))
+    assert pattern_of(m, max_points=SMALL.max_points).locality is None  # only made when asked for
+    with pytest.raises(ValueError, match="locality profile"):
+        net(pattern_of(m, max_points=SMALL.max_points))
+    # the embedding moves with the profile, all else equal
+    other = dataclasses.replace(pattern, locality=torch.zeros(LOCALITY_WIDTH))
+    assert not torch.allclose(net(pattern), net(other))

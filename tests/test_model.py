@@ -87,8 +87,29 @@ def test_copies_share_patterns_not_embeddings_and_a_new_model_can_adopt_them(tra
     assert fresh._patterns is model._patterns
     assert fresh.pattern(g.matrix) is model.pattern(g.matrix)
     other = CognateCostModel(model.config.replace(**{"featurizer.max_points": 64}), seed=5)
-    with pytest.raises(ValueError, match="binned to"):
+    with pytest.raises(ValueError, match="cannot share patterns"):
         other.adopt_patterns(model)
+    with pytest.raises(ValueError, match="locality True"):  # a pattern without the profile would not do
+        CognateCostModel(model.config.replace(**{"featurizer.locality": True})).adopt_patterns(model)
+
+
+def test_with_locality_stats_scores_as_before_until_trained(trained, tmp_path):
+    model, space, test = trained
+    wider = model.with_locality_stats()
+    assert wider.config.featurizer.locality and not model.config.featurizer.locality
+    for g in test[:3]:
+        assert np.array_equal(model.predict(g.matrix, list(g.configs), space=space, feat=g.feat),
+                              wider.predict(g.matrix, list(g.configs), space=space, feat=g.feat))
+    with pytest.raises(ValueError, match="already reads"):
+        wider.with_locality_stats()
+    loaded = CognateCostModel.load(wider.save(tmp_path / "wide"))
+    assert loaded.config.featurizer.locality
+    # training the featurizer end to end (as pre-training does) reaches the new inputs
+    tuned = copy.deepcopy(wider)
+    tuned.config = tuned.config.replace(**{"train.train_featurizer": True, "train.epochs": 2})
+    tuned.fit(test[:4], space=space)
+    first = tuned.net.featurizer.stats_mlp[0].weight[:, 4:]
+    assert first.abs().sum() > 0 and model.net.featurizer.stats_mlp[0].weight.shape[1] == 4
 
 
 def test_save_load_round_trip(trained, tmp_path):

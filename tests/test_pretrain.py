@@ -96,6 +96,22 @@ def test_pretrain_writes_model_card_report_and_plot(shipped):
     assert np.all(np.isfinite(model.predict(matrix, cpu.sample(50, seed=0), space=cpu, feat=32)))
 
 
+def test_locality_widens_the_init_model_and_ships_a_model_that_reads_the_profile(shipped, tmp_path):
+    from cognate_tvm.model import CognateCostModel
+
+    argv = ["pretrain.py", "--op", "spmm", "--data", str(shipped / "data"), "--corpus", "synthetic:12:3",
+            "--min-rows", "100", "--max-rows", "400", "--epochs", "2", "--lr", "1e-3", "--locality",
+            "--init", str(shipped / "models" / "spmm-cpu"), "--ship", str(tmp_path / "loc"),
+            "--out", str(tmp_path / "out"), "--quiet"]
+    run_pretrain(argv)
+    init, wide = CognateCostModel.load(shipped / "models" / "spmm-cpu"), CognateCostModel.load(tmp_path / "loc")
+    assert wide.config.featurizer.locality and not init.config.featurizer.locality
+    assert wide.net.featurizer.stats_mlp[0].in_features > init.net.featurizer.stats_mlp[0].in_features
+    report = json.loads((tmp_path / "out" / "pretrain_spmm.json").read_text())
+    assert set(report["test"]) == {"cognate", "init", "xgboost", "best_fixed", "random"}
+    assert "--locality" in (tmp_path / "loc" / "MODEL_CARD.md").read_text()
+
+
 def test_the_model_keeps_the_train_splits_best_fixed_configs_and_fixed_only_rebuilds_them(shipped, tmp_path):
     from cognate_tvm.model.cognate import FIXED_COUNT, FIXED_MIN_GROUPS
 

@@ -70,3 +70,43 @@ def test_column_panels_reject_bad_input():
     broken.indices[0] = 7
     with pytest.raises(ValueError, match="column index 7 out of range"):
         column_panels(broken, 2)
+
+
+def test_locality_profile_by_hand():
+    from cognate_tvm.matrix import LOCALITY_WIDTH, locality_profile
+    from cognate_tvm.matrix.stats import COVER_LOG2, NEAR_LOG2, PANEL_HEIGHTS
+
+    cover, panels = slice(0, len(COVER_LOG2)), slice(len(COVER_LOG2), len(COVER_LOG2) + len(PANEL_HEIGHTS))
+    near = slice(len(COVER_LOG2) + len(PANEL_HEIGHTS), LOCALITY_WIDTH)
+    # four nonzeros in four columns, each column used once: no reuse in any panel
+    m = as_csr(np.array([[1, 0, 0, 2], [0, 0, 0, 0], [0, 3, 4, 0]], dtype=float))
+    v = locality_profile(m)
+    assert v.shape == (LOCALITY_WIDTH,) and v.dtype == np.float32
+    assert np.allclose(v[cover], 1.0) and np.allclose(v[panels], 0.0) and np.allclose(v[near], 1.0)
+    # one column read by 8 consecutive rows: panels of 4 rows see it twice, of 16 once
+    col = as_csr(sp.csr_matrix((np.ones(8), (np.arange(8), np.zeros(8, dtype=int))), shape=(8, 2)))
+    assert locality_profile(col)[panels].tolist() == [-2.0, -3.0, -3.0, -3.0]  # log2(2 / 8), log2(1 / 8)
+    # 2^10 columns used 4 times each (by rows 4 apart) and 2^12 once: the hot prefix covers 4/5 of nnz
+    n = 1 << 12
+    hot = np.repeat(np.arange(1 << 10), 4)
+    rows = np.r_[np.arange(hot.size), np.arange(n)]
+    cols = np.r_[hot, (1 << 10) + np.arange(n)]
+    wide = as_csr(sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, (1 << 10) + n)))
+    assert locality_profile(wide)[COVER_LOG2.index(10)] == pytest.approx(0.5)
+    # a symmetric permutation keeps the column counts (cover) and scatters the off-diagonal nonzeros
+    band = as_csr(sp.diags([1.0, 1.0, 1.0], [-1, 0, 1], shape=(5000, 5000)))
+    perm = np.random.default_rng(0).permutation(5000)
+    shuffled = as_csr(band[perm][:, perm])
+    a, b = locality_profile(band), locality_profile(shuffled)
+    assert np.allclose(a[cover], b[cover]) and a[near][0] == 1.0 and b[near][0] < 0.4  # only the diagonal stays
+    assert np.all(np.diff(a[cover]) >= 0)
+    assert np.array_equal(locality_profile(sp.csr_matrix((3, 5))), np.zeros(LOCALITY_WIDTH, dtype=np.float32))
+
+
+def test_locality_profile_sums_duplicates_without_changing_its_input():
+    from cognate_tvm.matrix import locality_profile
+
+    dup = sp.csc_matrix((np.ones(3), ([0, 0, 1], [0, 0, 1])), shape=(2, 2))  # (0, 0) twice
+    before = (dup.data.copy(), dup.indices.copy(), dup.indptr.copy())
+    assert np.array_equal(locality_profile(dup), locality_profile(sp.eye(2, format="csr")))
+    assert all(np.array_equal(a, b) for a, b in zip(before, (dup.data, dup.indices, dup.indptr)))

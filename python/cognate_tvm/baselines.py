@@ -15,7 +15,8 @@ Each takes the same calls as COGNATE: ``fit(source groups, space=source space)``
   platform knobs are fed raw (zero-padded) instead of through latent encoders.
 - ``"random_mapping"``: the ablation: COGNATE with the seeded random-permutation
   mapper (the roles of I, K, J and of the loops shuffled; `ModelConfig.mapper_seed`).
-- ``"xgboost"``: an XGBoost ranker (``rank:pairwise``) over matrix statistics,
+- ``"xgboost"``: an XGBoost ranker (``rank:pairwise``) over matrix statistics
+  (with ``locality=True`` also the matrix's `locality_profile`),
   log2 feat, the mapped shared coordinates and the zero-padded knobs;
   `finetune` continues boosting from the source model on the target data.
 - ``"best_fixed"``: one global order of configs, ignoring the matrix: each
@@ -35,7 +36,7 @@ import scipy.sparse as sp
 from . import mapper as mapper_mod
 from .data import Group, matrix_hash
 from .errors import UnknownKindError
-from .matrix import matrix_stats
+from .matrix import locality_profile, matrix_stats
 from .metrics import mean_log_slowdown
 from .model.cognate import CognateCostModel, RankingModel
 from .model.config import ModelConfig
@@ -93,8 +94,10 @@ class XGBoostRanker(RankingModel):
     name = "xgboost"
 
     def __init__(self, *, seed: int = 0, rounds: int = 200, finetune_rounds: int = 100, knob_width: int = 16,
-                 max_depth: int = 6, learning_rate: float = 0.1, num_threads: int | None = None):
+                 max_depth: int = 6, learning_rate: float = 0.1, num_threads: int | None = None,
+                 locality: bool = False):
         self.seed, self.rounds, self.finetune_rounds = seed, rounds, finetune_rounds
+        self.locality = locality
         self.knob_width = knob_width
         self.params = {"objective": "rank:pairwise", "max_depth": max_depth, "eta": learning_rate,
                        "seed": seed, "verbosity": 0}
@@ -107,7 +110,8 @@ class XGBoostRanker(RankingModel):
     def features(self, matrix: sp.csr_matrix, configs: Sequence[Config], *, space: Space, feat: int) -> np.ndarray:
         key = matrix_hash(matrix)
         if key not in self._stats:
-            self._stats[key] = matrix_stats(matrix).as_vector()
+            stats = matrix_stats(matrix).as_vector()
+            self._stats[key] = np.r_[stats, locality_profile(matrix)] if self.locality else stats
         shared, knobs = self.mapper(space, configs, rows=matrix.shape[0], cols=matrix.shape[1], feat=feat)
         padded = np.zeros((len(configs), self.knob_width), dtype=np.float32)
         padded[:, :min(knobs.shape[1], self.knob_width)] = knobs[:, :self.knob_width]

@@ -146,8 +146,8 @@ class CognateCostModel(RankingModel):
 
     def __deepcopy__(self, memo):
         """A deep copy that shares the pattern cache: a pattern depends on the matrix and the featurizer's
-        `max_points` only, never on weights, and a 1000-matrix pool's patterns take ~1.3 GB per copy
-        (benchmarks/transfer.py copies a model per recipe). Embeddings depend on weights: copied."""
+        `max_points` and `locality` only, never on weights, and a 1000-matrix pool's patterns take ~1.3 GB
+        per copy (benchmarks/transfer.py copies a model per recipe). Embeddings depend on weights: copied."""
         memo[id(self._patterns)] = self._patterns
         clone = type(self).__new__(type(self))
         memo[id(self)] = clone
@@ -158,11 +158,31 @@ class CognateCostModel(RankingModel):
     def adopt_patterns(self, other: "CognateCostModel") -> None:
         """Share `other`'s pattern cache (both then fill one), so that a second model of the same
         matrices does not bin each of them again."""
-        mine, theirs = self.net.featurizer.config.max_points, other.net.featurizer.config.max_points
-        if mine != theirs:
-            raise ValueError(f"cannot share patterns binned to {theirs} points with a featurizer of {mine}")
+        mine, theirs = self.net.featurizer.config, other.net.featurizer.config
+        if (mine.max_points, mine.locality) != (theirs.max_points, theirs.locality):
+            raise ValueError(f"cannot share patterns (max_points {theirs.max_points}, locality {theirs.locality}) "
+                             f"with a featurizer of max_points {mine.max_points}, locality {mine.locality}")
         other._patterns.update(self._patterns)
         self._patterns = other._patterns
+
+    def with_locality_stats(self) -> "CognateCostModel":
+        """A copy whose featurizer also reads each matrix's `locality_profile`. The new inputs of the
+        stats MLP start at zero weight, so the copy scores exactly as this model until it is trained."""
+        if self.config.featurizer.locality:
+            raise ValueError("this model already reads locality statistics")
+        wider = type(self)(self.config.replace(**{"featurizer.locality": True}), seed=self.seed,
+                           progress=self.progress)
+        wider.mapper, wider.fixed = self.mapper, copy.deepcopy(self.fixed)
+        wider.encoder_reports, wider.history = dict(self.encoder_reports), list(self.history)
+        for platform in self.net.platforms():
+            wider.net.set_encoder(platform, copy.deepcopy(self.net.get_encoder(platform)))
+        state = self.net.state_dict()
+        first = "featurizer.stats_mlp.0.weight"
+        grown = torch.zeros_like(wider.net.state_dict()[first])
+        grown[:, :state[first].shape[1]] = state[first]
+        wider.net.load_state_dict({**state, first: grown})
+        wider.net.eval()
+        return wider
 
     def pattern(self, matrix: sp.csr_matrix, key: str | None = None) -> SparsePattern:
         key = key or matrix_hash(matrix)

@@ -21,6 +21,9 @@ class FeaturizerConfig:
     out_dim: int = 128              # the matrix embedding s_M
     max_points: int = 1 << 16       # larger patterns are binned 2x2 until they fit
     backend: str = "auto"           # "auto", "torch" or "torchsparse"
+    # also feed the stats MLP `cognate_tvm.matrix.locality_profile` (column-access locality that
+    # binning hides at 100k+ columns); off in the shipped models, see docs/transfer.md run V
+    locality: bool = False
 
 
 @dataclass(frozen=True)

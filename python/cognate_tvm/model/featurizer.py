@@ -13,7 +13,8 @@ Pipeline for one matrix:
    convolution, submanifold 3x3 convolution), ReLU after each; the features are
    averaged over the points at every scale (global average pooling).
 3. The pooled vectors, concatenated with an MLP over (log2 rows, log2 cols,
-   log2 nnz, binning level), are projected to `out_dim` (128) dimensions.
+   log2 nnz, binning level) and, with `FeaturizerConfig.locality`, the matrix's
+   `locality_profile`, are projected to `out_dim` (128) dimensions.
 
 Two interchangeable convolution backends compute the same numbers:
 
@@ -32,6 +33,7 @@ Two interchangeable convolution backends compute the same numbers:
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import itertools
 import logging
@@ -43,6 +45,7 @@ import torch
 from torch import nn
 
 from ..errors import UnknownKindError
+from ..matrix.stats import LOCALITY_WIDTH, locality_profile
 from .config import FeaturizerConfig
 
 logger = logging.getLogger(__name__)
@@ -64,14 +67,20 @@ class SparsePattern:
     rows: int
     cols: int
     nnz: int
+    locality: torch.Tensor | None = None  # float32 [LOCALITY_WIDTH], from the unbinned matrix, if asked for
 
     @property
     def points(self) -> int:
         return int(self.coords.shape[0])
 
-    def stats(self) -> torch.Tensor:
-        return torch.tensor([np.log2(1 + self.rows), np.log2(1 + self.cols), np.log2(1 + self.nnz),
-                             float(self.level)], dtype=torch.float32)
+    def stats(self, *, locality: bool = False) -> torch.Tensor:
+        base = torch.tensor([np.log2(1 + self.rows), np.log2(1 + self.cols), np.log2(1 + self.nnz),
+                              float(self.level)], dtype=torch.float32)
+        if not locality:
+            return base
+        if self.locality is None:
+            raise ValueError("this pattern was made without its locality profile (pattern_of(locality=True))")
+        return torch.cat([base, self.locality])
 
     def features(self) -> torch.Tensor:
         return torch.log2(1.0 + self.counts).unsqueeze(1)
@@ -97,7 +106,7 @@ def _merge(keys: torch.Tensor, counts: torch.Tensor, shift: int) -> tuple[torch.
     return merged, torch.zeros(merged.shape[0]).index_add_(0, inverse, counts)
 
 
-def pattern_of(matrix: sp.csr_matrix, *, max_points: int) -> SparsePattern:
+def pattern_of(matrix: sp.csr_matrix, *, max_points: int, locality: bool = False) -> SparsePattern:
     """The nonzero pattern of `matrix`, binned 2x2 at a time until it has <= `max_points` points.
 
     The level chosen is the smallest that fits (the point count only falls as the
@@ -105,8 +114,15 @@ def pattern_of(matrix: sp.csr_matrix, *, max_points: int) -> SparsePattern:
     ceil(log4(nnz / max_points)) can fit; a level whose grid has at most
     `max_points` cells always fits. Levels in between are counted with an occupancy
     bitmap when their grid has at most `BITMAP_CELLS` cells (no sorting), else by
-    sorting the cell keys.
+    sorting the cell keys. `locality` adds the matrix's `locality_profile`.
     """
+    binned = _binned(matrix, max_points)
+    if locality:
+        binned = dataclasses.replace(binned, locality=torch.from_numpy(locality_profile(matrix)))
+    return binned
+
+
+def _binned(matrix: sp.csr_matrix, max_points: int) -> SparsePattern:
     if max_points < 1:
         raise ValueError(f"max_points must be >= 1, got {max_points}")
     csr = sp.csr_matrix(matrix)
@@ -313,7 +329,8 @@ class SparseConvFeaturizer(nn.Module):
         channels = [config.stem_channels, *config.stage_channels]
         self.down = nn.ModuleList(SparseConv(a, b, len(DOWN_OFFSETS)) for a, b in zip(channels, channels[1:]))
         self.sub = nn.ModuleList(SparseConv(b, b, len(SUB_OFFSETS)) for b in channels[1:])
-        self.stats_mlp = nn.Sequential(nn.Linear(N_STATS, config.stats_hidden), nn.ReLU(),
+        n_stats = N_STATS + (LOCALITY_WIDTH if config.locality else 0)
+        self.stats_mlp = nn.Sequential(nn.Linear(n_stats, config.stats_hidden), nn.ReLU(),
                                        nn.Linear(config.stats_hidden, config.stats_hidden), nn.ReLU())
         self.project = nn.Sequential(nn.Linear(sum(channels) + config.stats_hidden, config.out_dim), nn.ReLU(),
                                      nn.Linear(config.out_dim, config.out_dim))
@@ -335,7 +352,7 @@ class SparseConvFeaturizer(nn.Module):
         return self._runner[1]
 
     def pattern(self, matrix: sp.csr_matrix) -> SparsePattern:
-        return pattern_of(matrix, max_points=self.config.max_points)
+        return pattern_of(matrix, max_points=self.config.max_points, locality=self.config.locality)
 
     def pooled(self, pattern: SparsePattern) -> list[torch.Tensor]:
         """Average-pooled features at every scale (stem first)."""
@@ -344,7 +361,7 @@ class SparseConvFeaturizer(nn.Module):
     def forward(self, pattern: SparsePattern) -> torch.Tensor:
         """Embedding [out_dim] of one pattern."""
         pooled = torch.cat(self.pooled(pattern))
-        stats = self.stats_mlp(pattern.stats().to(pooled.device))
+        stats = self.stats_mlp(pattern.stats(locality=self.config.locality).to(pooled.device))
         return self.project(torch.cat([pooled, stats]))
 
     def embed(self, matrix: sp.csr_matrix) -> torch.Tensor:

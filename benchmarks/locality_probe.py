@@ -1,0 +1,127 @@
+"""Is what decides a SPADE config in the matrix features? An XGBoost probe trained on SPADE data alone.
+
+    python benchmarks/locality_probe.py --op spmm --data-root DATA --out docs/results/locality_probe
+
+The transfer benchmark's SPADE data (`transfer.target_data`: its pool at 1k-1M rows, 100 sampled
+configs per matrix, the 5 validation matrices, the 35 test matrices with all 256 configs) is
+reused as it is. For n target matrices drawn from pool + validation (seeded, 3 draws below the
+full set), an XGBoost ranker (`baselines.XGBoostRanker`) is fitted on them with WACO's matrix
+statistics alone, and with the matrix's `locality_profile` added, and every test matrix is
+ranked. The best fixed config of the same n matrices and random-k are printed beside them.
+No source model and no validation choice enters: this measures how much the features can
+tell, not a tuning method. docs/transfer.md (run V) has the results.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import transfer  # noqa: E402
+
+from cognate_tvm.baselines import BestFixedRanker, RandomRanker, XGBoostRanker  # noqa: E402
+from cognate_tvm.space import create as create_space  # noqa: E402
+
+METHODS = {
+    "xgboost, statistics": lambda seed: XGBoostRanker(seed=seed),
+    "xgboost, statistics + locality": lambda seed: XGBoostRanker(seed=seed, locality=True),
+    "best fixed config": lambda seed: BestFixedRanker(),
+    "random-k": lambda seed: RandomRanker(seed=seed),
+}
+
+
+def draws(groups: list, n: int, seeds: int) -> list[tuple[int, list]]:
+    """(seed, n groups): the whole list once when n covers it, else `seeds` seeded draws."""
+    if n >= len(groups):
+        return [(0, list(groups))]
+    return [(s, [groups[i] for i in np.random.default_rng(s).choice(len(groups), n, replace=False)])
+            for s in range(seeds)]
+
+
+def full_params(pool_matrices: int) -> transfer.Params:
+    """transfer.py's `--size full --pool-matrices N --pool-max-rows 1000000`: its data is reused."""
+    return dataclasses.replace(transfer.Params(), pool_corpus=f"synthetic:{pool_matrices}:1102",
+                               pool_max_rows=1_000_000)
+
+
+def probe(op: str, sizes: list[int], seeds: int, root: Path, params: transfer.Params) -> dict:
+    data = transfer.target_data(op, params, root, progress=False)
+    spade = create_space("spade", op)
+    train = [*data.pool, *data.val]
+    rows = []
+    for n in sizes:
+        for seed, groups in draws(train, n, seeds):
+            for method, make in METHODS.items():
+                model = make(seed).fit(groups, space=spade)
+                summary, _ = transfer.evaluate_groups(model, data.test, spade, k=5)
+                rows.append({"n": len(groups), "seed": seed, "method": method,
+                             "top1": summary["oracle_fraction_top1"], "top5": summary["oracle_fraction_topk"]})
+                print(f"{op} n={len(groups)} seed={seed} {method}: top-1 {rows[-1]['top1']:.3f} "
+                      f"top-5 {rows[-1]['top5']:.3f}", flush=True)
+    return {"op": op, "rows": rows, "test_matrices": len(data.test), "train_available": len(train)}
+
+
+def table(result: dict) -> list[str]:
+    lines = [f"### {result['op']}: test top-1 / top-5 as a fraction of the oracle ({result['test_matrices']} "
+             f"test matrices), mean ± std over draws", "",
+             "| target matrices | " + " | ".join(METHODS) + " |", "|---|" + "---|" * len(METHODS)]
+    for n in sorted({r["n"] for r in result["rows"]}):
+        cells = []
+        for method in METHODS:
+            got = [r for r in result["rows"] if r["n"] == n and r["method"] == method]
+            t1, t5 = np.array([r["top1"] for r in got]), np.array([r["top5"] for r in got])
+            cells.append(f"{t1.mean():.3f} ± {t1.std():.3f} / {t5.mean():.3f}")
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def plot(result: dict, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method in METHODS:
+        got = [r for r in result["rows"] if r["method"] == method]
+        ns = sorted({r["n"] for r in got})
+        ax.plot(ns, [np.mean([r["top1"] for r in got if r["n"] == n]) for n in ns], marker="o", label=method)
+    ax.set_xscale("log")
+    ax.set_xlabel("SPADE target matrices (x 100 configs)")
+    ax.set_ylabel("test top-1 / oracle")
+    ax.set_title(f"{result['op']}: XGBoost probe of the matrix features")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None, *, params: transfer.Params | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--op", choices=("spmm", "sddmm"), required=True)
+    parser.add_argument("--data-root", type=Path, required=True, help="where transfer.py keeps its SPADE data")
+    parser.add_argument("--pool-matrices", type=int, default=100)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 25, 50, 105])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    result = probe(args.op, args.sizes, args.seeds, args.data_root, params or full_params(args.pool_matrices))
+    result["command"] = "python benchmarks/locality_probe.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    result["wall_seconds"] = time.perf_counter() - start
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"locality_probe_{args.op}.json").write_text(json.dumps(result, indent=1))
+    text = "\n".join([f"Command: `{result['command']}`; {result['wall_seconds']:.0f} s.", "", *table(result)])
+    (args.out / f"locality_probe_{args.op}.md").write_text(text + "\n")
+    plot(result, args.out / f"locality_probe_{args.op}.png")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,59 @@
+"""benchmarks/locality_probe.py on transfer.py's test-size SPADE data (simulated here, seconds)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    spec = importlib.util.spec_from_file_location("locality_probe", BENCH / "locality_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, probe)
+    spec.loader.exec_module(probe)
+    return probe
+
+
+def test_probe_ranks_test_matrices_with_and_without_locality(tmp_path, monkeypatch):
+    probe = _load(monkeypatch)
+    params = probe.transfer.SIZES["test"]
+    out = tmp_path / "out"
+    argv = ["--op", "spmm", "--data-root", str(tmp_path / "data"), "--out", str(out), "--sizes", "2", "1000",
+            "--seeds", "2"]
+    assert probe.main(argv, params=params) == 0
+    result = json.loads((out / "locality_probe_spmm.json").read_text())
+    available = result["train_available"]
+    assert available == len(probe.transfer.target_data("spmm", params, tmp_path / "data", progress=False).pool) \
+        + params.val_matrices
+    # 2 matrices: two seeded draws; 1000 (more than there are): the whole set once
+    assert sorted({(r["n"], r["seed"]) for r in result["rows"]}) == [(2, 0), (2, 1), (available, 0)]
+    assert {r["method"] for r in result["rows"]} == set(probe.METHODS)
+    for r in result["rows"]:
+        assert 0.0 < r["top1"] <= r["top5"] <= 1.0 + 1e-9, r
+    table = (out / "locality_probe_spmm.md").read_text()
+    assert "| 2 |" in table and f"| {available} |" in table and "statistics + locality" in table
+    assert (out / "locality_probe_spmm.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_locality_ranker_sees_the_profile():
+    import numpy as np
+    import scipy.sparse as sp
+
+    from cognate_tvm.baselines import XGBoostRanker
+    from cognate_tvm.matrix import LOCALITY_WIDTH, locality_profile
+    from cognate_tvm.space import create
+
+    spade = create("spade", "spmm")
+    m = sp.random(400, 300, density=0.02, format="csr", random_state=0)
+    configs = spade.configs()[:3]
+    plain = XGBoostRanker().features(m, configs, space=spade, feat=32)
+    rich = XGBoostRanker(locality=True).features(m, configs, space=spade, feat=32)
+    assert rich.shape == (3, plain.shape[1] + LOCALITY_WIDTH)
+    assert np.allclose(rich[:, 10:10 + LOCALITY_WIDTH], locality_profile(m))  # after the 10 statistics
+    assert pytest.approx(plain[:, 10:]) == rich[:, 10 + LOCALITY_WIDTH:]
