@@ -14,7 +14,6 @@ tell, not a tuning method. docs/transfer.md (run V) has the results.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -49,9 +48,11 @@ def draws(groups: list, n: int, seeds: int) -> list[tuple[int, list]]:
 
 
 def full_params(pool_matrices: int) -> transfer.Params:
-    """transfer.py's `--size full --pool-matrices N --pool-max-rows 1000000`: its data is reused."""
-    return dataclasses.replace(transfer.Params(), pool_corpus=f"synthetic:{pool_matrices}:1102",
-                               pool_max_rows=1_000_000)
+    """transfer.py's `--size full --pool-matrices N --pool-max-rows 1000000`, parsed by transfer.py itself,
+    so that its data is reused."""
+    params, _ = transfer.parse_args(["--size", "full", "--pool-matrices", str(pool_matrices),
+                                     "--pool-max-rows", "1000000"])
+    return params
 
 
 def probe(op: str, sizes: list[int], seeds: int, root: Path, params: transfer.Params) -> dict:

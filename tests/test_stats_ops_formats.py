@@ -86,7 +86,7 @@ def test_locality_profile_by_hand():
     # one column read by 8 consecutive rows: panels of 4 rows see it twice, of 16 once
     col = as_csr(sp.csr_matrix((np.ones(8), (np.arange(8), np.zeros(8, dtype=int))), shape=(8, 2)))
     assert locality_profile(col)[panels].tolist() == [-2.0, -3.0, -3.0, -3.0]  # log2(2 / 8), log2(1 / 8)
-    # 2^10 columns used 4 times each (by rows 4 apart) and 2^12 once: the hot prefix covers 4/5 of nnz
+    # 2^10 columns used 4 times each and 2^12 columns once: the 2^10 hottest hold half the nonzeros
     n = 1 << 12
     hot = np.repeat(np.arange(1 << 10), 4)
     rows = np.r_[np.arange(hot.size), np.arange(n)]
