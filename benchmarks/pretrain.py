@@ -92,7 +92,8 @@ def fit_cognate(train, val, space, args, init: CognateCostModel | None) -> Cogna
         model = CognateCostModel(ModelConfig().replace(**{**overrides, **changes}), seed=args.seed,
                                  progress=not args.quiet)
     else:
-        model = init.with_locality_stats() if args.locality else copy.deepcopy(init)
+        widen = args.locality and not init.config.featurizer.locality  # an init that reads it already is kept
+        model = init.with_locality_stats() if widen else copy.deepcopy(init)
         model.config = model.config.replace(**{**overrides, **changes})
         model.history = []
     return model.fit(train, space=space, val_groups=val)

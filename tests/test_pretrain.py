@@ -110,6 +110,11 @@ def test_locality_widens_the_init_model_and_ships_a_model_that_reads_the_profile
     report = json.loads((tmp_path / "out" / "pretrain_spmm.json").read_text())
     assert set(report["test"]) == {"cognate", "init", "xgboost", "best_fixed", "random"}
     assert "--locality" in (tmp_path / "loc" / "MODEL_CARD.md").read_text()
+    # training a model that reads the profile further, with --locality again, starts from it as it is
+    again = [*argv[:argv.index("--init")], "--init", str(tmp_path / "loc"), "--ship", str(tmp_path / "loc2"),
+             "--out", str(tmp_path / "out2"), "--quiet"]
+    run_pretrain(again)
+    assert CognateCostModel.load(tmp_path / "loc2").config.featurizer.locality
 
 
 def test_the_model_keeps_the_train_splits_best_fixed_configs_and_fixed_only_rebuilds_them(shipped, tmp_path):
