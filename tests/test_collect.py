@@ -86,7 +86,8 @@ def test_failing_configs_are_rows_and_chunks_resume(tmp_path):
     (["--corpus", "synthetic:2", "--feat", "0"], "--feat widths must be >= 1"),
     (["--corpus", "synthetic:2", "--feat", "a,b"], "--feat must be N or N,N"),
     (["--corpus", "synthetic:2", "--pool", "-1"], "--pool must be >= 0"),
-    (["--corpus", "synthetic:2", "--subset-max-rows", "10"], "no matrix of the corpus has that few rows"),
+    (["--corpus", "synthetic:2", "--subset-max-rows", "10"], "no matrix of the corpus has a row count in that range"),
+    (["--corpus", "synthetic:2", "--subset-min-rows", "10000000"], "no matrix of the corpus has a row count"),
 ])
 def test_bad_arguments_exit_2_with_a_clear_message(tmp_path, capsys, extra, message):
     assert main(ARGS + ["--out", str(tmp_path / "ds")] + extra) == 2
@@ -106,7 +107,13 @@ def test_subset_keeps_the_corpus_names_and_measures_only_the_small_matrices(tmp_
     save_matrix(generate("rmat", 300, seed=1), tmp_path / "g.mtx")
     assert main(ARGS + ["--corpus", str(tmp_path), "--out", str(tmp_path / "files"),
                         "--subset-max-rows", "500"]) == 2
-    assert "--subset-max-rows needs a synthetic" in capsys.readouterr().err
+    assert "--subset-max-rows need a synthetic" in capsys.readouterr().err
+    # --subset-min-rows: the other matrices of the same corpus, with the same rows as the full run's
+    large = tmp_path / "large"
+    assert main(ARGS + ["--corpus", "synthetic:6:5", "--out", str(large), "--subset-min-rows", str(cut + 1)]) == 0
+    assert set(load_frame(large)["matrix"]) == {e.name for e in corpus} - small
+    assert {(m, c) for m, c in zip(load_frame(large)["matrix"], load_frame(large)["config"])} == \
+        {(m, c) for m, c in _expected_rows("synthetic:6:5") if m not in small}
 
 
 def test_directory_corpus_and_empty_directory(tmp_path):

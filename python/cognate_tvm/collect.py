@@ -3,7 +3,7 @@
     python -m cognate_tvm.collect --target {llvm,spade,cuda} --op {spmm,sddmm}
         --corpus synthetic:N[:SEED]|DIR --configs-per-matrix C --out DIR
         [--seed S] [--feat N[,N...]] [--pool P] [--chunk K] [--min-rows R] [--max-rows R]
-        [--subset-max-rows R] [--thread-candidates]
+        [--subset-min-rows R] [--subset-max-rows R] [--thread-candidates]
         [--threads T] [--repeats R] [--timeout S] [--check] [--quiet]
         [--executor {local,ray} [--ray-address ADDR] [--workers W]]
         [--rpc-tracker HOST:PORT --rpc-key KEY]
@@ -18,7 +18,9 @@ the data teaches how the best config moves with N. ``--subset-max-rows R``
 measures only the corpus's matrices of at most R rows while keeping the corpus
 itself (its names and sizes) that of --min-rows/--max-rows, so a second, costlier
 pass (a wider N) over the smaller matrices shares names, and so the train /
-validation / test split, with the first. ``--thread-candidates`` samples only the
+validation / test split, with the first; ``--subset-min-rows R`` likewise measures only
+its matrices of at least R rows (a pass at the target's size range over the larger ones).
+``--thread-candidates`` samples only the
 configs `tune` ranks for the backend's thread count (`Space.candidates`: on llvm
 with 2+ threads, the parallel ones), for a multi-thread dataset.
 Results go to a Parquet dataset (`cognate_tvm.data`): one part per chunk of K
@@ -67,16 +69,18 @@ def config_sample(platform_space: space.Space, count: int, seed: int, name: str,
     return [baseline] + [c for c in sample if c != baseline]
 
 
-def subset_by_rows(corpus: list, max_rows: int | None) -> list:
-    """The entries of a synthetic corpus with at most `max_rows` rows (all when None)."""
-    if max_rows is None:
+def subset_by_rows(corpus: list, max_rows: int | None, min_rows: int | None = None) -> list:
+    """The entries of a synthetic corpus with `min_rows` to `max_rows` rows (no bound where None)."""
+    if max_rows is None and min_rows is None:
         return corpus
     if any(not hasattr(entry, "rows") for entry in corpus):
         # a file's row count is known only once it is read; filter such corpora by their files
-        raise ValueError("--subset-max-rows needs a synthetic:N[:SEED] corpus")
-    subset = [entry for entry in corpus if entry.rows <= max_rows]
+        raise ValueError("--subset-min-rows / --subset-max-rows need a synthetic:N[:SEED] corpus")
+    low, high = (0 if min_rows is None else min_rows), (np.inf if max_rows is None else max_rows)
+    subset = [entry for entry in corpus if low <= entry.rows <= high]
     if not subset:
-        raise ValueError(f"--subset-max-rows {max_rows}: no matrix of the corpus has that few rows")
+        raise ValueError(f"--subset-min-rows {min_rows} / --subset-max-rows {max_rows}: "
+                         "no matrix of the corpus has a row count in that range")
     return subset
 
 
@@ -131,7 +135,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.pool < 0:
         raise ValueError(f"--pool must be >= 0 (0: no pool), got {args.pool}")
     corpus = subset_by_rows(load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows),
-                            args.subset_max_rows)
+                            args.subset_max_rows, args.subset_min_rows)
     backend = make_backend(args)
     platform_space = space.create(backend.platform, args.op)
     # --thread-candidates: only what tune ranks for this thread count (on 2+ threads the parallel
@@ -165,6 +169,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--chunk", type=int, default=25, help="configs per Parquet part (default 25)")
     parser.add_argument("--min-rows", type=int, default=1000, help="synthetic corpus: smallest matrix")
     parser.add_argument("--max-rows", type=int, default=1_000_000, help="synthetic corpus: largest matrix")
+    parser.add_argument("--subset-min-rows", type=int, default=None,
+                        help="synthetic corpus: measure only its matrices of at least this many rows")
     parser.add_argument("--subset-max-rows", type=int, default=None,
                         help="synthetic corpus: measure only its matrices of at most this many rows")
     parser.add_argument("--threads", type=int, default=None, help="llvm: threads (default: all cores)")
