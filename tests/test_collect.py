@@ -94,7 +94,7 @@ def test_bad_arguments_exit_2_with_a_clear_message(tmp_path, capsys, extra, mess
     assert message in capsys.readouterr().err
 
 
-def test_subset_keeps_the_corpus_names_and_measures_only_the_small_matrices(tmp_path, capsys):
+def test_subset_keeps_the_corpus_names_and_measures_only_the_matrices_in_range(tmp_path, capsys):
     corpus = load_corpus("synthetic:6:5", max_rows=3000)
     cut = sorted(e.rows for e in corpus)[2]
     out = tmp_path / "ds"

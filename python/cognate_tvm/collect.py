@@ -69,7 +69,7 @@ def config_sample(platform_space: space.Space, count: int, seed: int, name: str,
     return [baseline] + [c for c in sample if c != baseline]
 
 
-def subset_by_rows(corpus: list, max_rows: int | None, min_rows: int | None = None) -> list:
+def subset_by_rows(corpus: list, *, min_rows: int | None = None, max_rows: int | None = None) -> list:
     """The entries of a synthetic corpus with `min_rows` to `max_rows` rows (no bound where None)."""
     if max_rows is None and min_rows is None:
         return corpus
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.pool < 0:
         raise ValueError(f"--pool must be >= 0 (0: no pool), got {args.pool}")
     corpus = subset_by_rows(load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows),
-                            args.subset_max_rows, args.subset_min_rows)
+                            min_rows=args.subset_min_rows, max_rows=args.subset_max_rows)
     backend = make_backend(args)
     platform_space = space.create(backend.platform, args.op)
     # --thread-candidates: only what tune ranks for this thread count (on 2+ threads the parallel
