@@ -7,9 +7,11 @@ configs per matrix, the 5 validation matrices, the 35 test matrices with all 256
 reused as it is. For n target matrices drawn from pool + validation (seeded, 3 draws below the
 full set), an XGBoost ranker (`baselines.XGBoostRanker`) is fitted on them with WACO's matrix
 statistics alone, and with the matrix's `locality_profile` added, and every test matrix is
-ranked. The best fixed config of the same n matrices and random-k are printed beside them.
+ranked. A third XGBoost row adds `cache_fit_features`: per config, an estimate of how much of
+the gathered dense operand the modelled machine's L2 and LLC hold at the config's dense width.
+The best fixed config of the same n matrices and random-k are printed beside them.
 No source model and no validation choice enters: this measures how much the features can
-tell, not a tuning method. docs/transfer.md (run V) has the results.
+tell, not a tuning method. docs/transfer.md has the results (run V; the cache-fit row: run X).
 """
 from __future__ import annotations
 
@@ -29,11 +31,48 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import transfer  # noqa: E402
 
 from cognate_tvm.baselines import BestFixedRanker, RandomRanker, XGBoostRanker  # noqa: E402
+from cognate_tvm.simulator import HardwareParams  # noqa: E402
 from cognate_tvm.space import create as create_space  # noqa: E402
+
+
+def cache_fit_features(matrix, configs, *, feat: int, hardware: HardwareParams) -> np.ndarray:
+    """float32 [len(configs), 4] per SPADE config: the share of nonzeros whose dense row segment
+    (w = feat / split floats) is among the columns that the L2 and the LLC can hold (the hottest
+    first: an ideal cache), log2 of the DRAM bytes per nonzero that follow (A streamed once per
+    pass, the misses' dense rows once each), and log2 of a column panel's dense rows over the LLC.
+    Hand-written: it is an analytic estimate from the machine's sizes, not something a library has."""
+    degree = np.sort(np.bincount(matrix.indices, minlength=matrix.shape[1]))[::-1]
+    covered = np.r_[0.0, np.cumsum(degree) / max(1, matrix.nnz)]  # covered[c]: share in the c hottest
+
+    def held(cache_bytes: float, width: float) -> float:
+        return float(covered[min(len(degree), int(cache_bytes // (4 * width)))])
+
+    out = np.empty((len(configs), 4), dtype=np.float32)
+    for n, config in enumerate(configs):
+        width = max(1.0, feat / config.split)
+        in_llc = held(hardware.llc_bytes, width)
+        dram_per_nnz = 8 * config.split + 4 * feat * (1 - in_llc)
+        panel = min(config.col_panel, max(1, matrix.shape[1])) * 4 * width
+        out[n] = (held(hardware.l2_bytes, width), in_llc, np.log2(dram_per_nnz), np.log2(panel / hardware.llc_bytes))
+    return out
+
+
+class CacheFitXGBoost(XGBoostRanker):
+    """`XGBoostRanker(locality=True)` whose config features also hold `cache_fit_features`."""
+
+    def __init__(self, *, seed: int = 0, hardware: HardwareParams | None = None):
+        super().__init__(seed=seed, locality=True)
+        self.hardware = hardware or HardwareParams()
+
+    def features(self, matrix, configs, *, space, feat):
+        fit = cache_fit_features(matrix, configs, feat=feat, hardware=self.hardware)
+        return np.hstack([super().features(matrix, configs, space=space, feat=feat), fit])
+
 
 METHODS = {
     "xgboost, statistics": lambda seed: XGBoostRanker(seed=seed),
     "xgboost, statistics + locality": lambda seed: XGBoostRanker(seed=seed, locality=True),
+    "xgboost, statistics + locality + cache fit": lambda seed: CacheFitXGBoost(seed=seed),
     "best fixed config": lambda seed: BestFixedRanker(),
     "random-k": lambda seed: RandomRanker(seed=seed),
 }
@@ -107,7 +146,7 @@ def main(argv=None, *, params: transfer.Params | None = None) -> int:
     parser.add_argument("--op", choices=("spmm", "sddmm"), required=True)
     parser.add_argument("--data-root", type=Path, required=True, help="where transfer.py keeps its SPADE data")
     parser.add_argument("--pool-matrices", type=int, default=100)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 25, 50, 105])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[5, 10, 25, 50, 105])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)

@@ -57,3 +57,30 @@ def test_locality_ranker_sees_the_profile():
     assert rich.shape == (3, plain.shape[1] + LOCALITY_WIDTH)
     assert np.allclose(rich[:, 10:10 + LOCALITY_WIDTH], locality_profile(m))  # after the 10 statistics
     assert pytest.approx(plain[:, 10:]) == rich[:, 10 + LOCALITY_WIDTH:]
+
+
+def test_cache_fit_follows_the_dense_width_and_the_cache_sizes(monkeypatch):
+    import numpy as np
+    import scipy.sparse as sp
+
+    from cognate_tvm.simulator import HardwareParams
+    from cognate_tvm.space import create
+
+    probe = _load(monkeypatch)
+    # 64 columns: column c has 64 - c nonzeros, so the hottest columns come first
+    rows = np.concatenate([np.arange(64 - c) for c in range(64)])
+    cols = np.concatenate([np.full(64 - c, c) for c in range(64)])
+    m = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(64, 64))
+    # an LLC of 16 dense rows of 32 floats, an L2 of 4
+    hw = HardwareParams(l2_bytes=4 * 128, llc_bytes=16 * 128, line_bytes=64)
+    spade = create("spade", "spmm")
+    by_split = {c.split: c for c in spade.configs() if c.col_panel >= 64}
+    fit = probe.cache_fit_features(m, [by_split[1], by_split[2]], feat=32, hardware=hw)
+    share = lambda c: (64 * 65 / 2 - (64 - c) * (65 - c) / 2) / (64 * 65 / 2)  # nonzeros in the c hottest
+    assert fit[0, :2] == pytest.approx([share(4), share(16)])
+    assert fit[1, :2] == pytest.approx([share(8), share(32)])  # half the width: twice the rows held
+    assert fit[0, 2] == pytest.approx(np.log2(8 + 128 * (1 - share(16))))
+    assert fit[1, 2] == pytest.approx(np.log2(16 + 128 * (1 - share(32))))
+    assert fit[:, 3] == pytest.approx([np.log2(64 * 128 / (16 * 128)), np.log2(64 * 64 / (16 * 128))])
+    with_fit = probe.CacheFitXGBoost(hardware=hw).features(m, [by_split[1]], space=spade, feat=32)
+    assert np.allclose(with_fit[:, -4:], fit[:1])
