@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import transfer  # noqa: E402
 
 from cognate_tvm.baselines import BestFixedRanker, RandomRanker, XGBoostRanker  # noqa: E402
+from cognate_tvm.matrix import hot_column_cover  # noqa: E402
 from cognate_tvm.simulator import HardwareParams  # noqa: E402
 from cognate_tvm.space import create as create_space  # noqa: E402
 
@@ -41,11 +42,10 @@ def cache_fit_features(matrix, configs, *, feat: int, hardware: HardwareParams) 
     first: an ideal cache), log2 of the DRAM bytes per nonzero that follow (A streamed once per
     pass, the misses' dense rows once each), and log2 of a column panel's dense rows over the LLC.
     Hand-written: it is an analytic estimate from the machine's sizes, not something a library has."""
-    degree = np.sort(np.bincount(matrix.indices, minlength=matrix.shape[1]))[::-1]
-    covered = np.r_[0.0, np.cumsum(degree) / max(1, matrix.nnz)]  # covered[c]: share in the c hottest
+    covered = hot_column_cover(matrix)
 
     def held(cache_bytes: float, width: float) -> float:
-        return float(covered[min(len(degree), int(cache_bytes // (4 * width)))])
+        return float(covered[min(len(covered) - 1, int(cache_bytes // (4 * width)))])
 
     out = np.empty((len(configs), 4), dtype=np.float32)
     for n, config in enumerate(configs):

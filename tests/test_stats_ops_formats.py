@@ -72,6 +72,15 @@ def test_column_panels_reject_bad_input():
         column_panels(broken, 2)
 
 
+def test_hot_column_cover_by_hand():
+    from cognate_tvm.matrix import hot_column_cover
+
+    # column 2 holds 3 nonzeros, column 0 two (one of them a duplicate entry, summed), column 1 one
+    m = sp.coo_matrix((np.ones(7), ([0, 1, 2, 0, 1, 1, 3], [2, 2, 2, 0, 0, 0, 1])), shape=(4, 4))
+    assert hot_column_cover(m).tolist() == pytest.approx([0, 3 / 6, 5 / 6, 1, 1])
+    assert hot_column_cover(sp.csr_matrix((3, 2))).tolist() == [0, 0, 0]
+
+
 def test_locality_profile_by_hand():
     from cognate_tvm.matrix import LOCALITY_WIDTH, locality_profile
     from cognate_tvm.matrix.stats import COVER_LOG2, NEAR_LOG2, PANEL_HEIGHTS

@@ -65,6 +65,23 @@ NEAR_LOG2 = (4, 8, 12, 16)
 LOCALITY_WIDTH = len(COVER_LOG2) + len(PANEL_HEIGHTS) + len(NEAR_LOG2)
 
 
+def _canonical_csc(matrix: sp.spmatrix) -> sp.csc_matrix:
+    csc = sp.csc_matrix(matrix)
+    if not csc.has_canonical_format:  # on a copy: a CSC input is not to be changed
+        csc = csc.copy()
+        csc.sum_duplicates()
+    return csc
+
+
+def hot_column_cover(matrix: sp.spmatrix) -> np.ndarray:
+    """float64 [cols + 1]: entry c is the share of nonzeros in the c most used columns (0 at c = 0;
+    all zeros for a matrix without nonzeros). A cache that holds c dense rows, hottest first, serves
+    that share of the gathered accesses."""
+    csc = _canonical_csc(matrix)
+    degree = np.sort(np.diff(csc.indptr))[::-1]
+    return np.r_[0.0, np.cumsum(degree) / max(1, csc.nnz)]
+
+
 def locality_profile(matrix: sp.spmatrix) -> np.ndarray:
     """float32 [LOCALITY_WIDTH], hardware-agnostic (no cache size enters):
 
@@ -76,17 +93,13 @@ def locality_profile(matrix: sp.spmatrix) -> np.ndarray:
 
     O(nnz) apart from one sort of the column counts.
     """
-    csc = sp.csc_matrix(matrix)
-    if not csc.has_canonical_format:  # on a copy: a CSC input is not to be changed
-        csc = csc.copy()
-        csc.sum_duplicates()
+    csc = _canonical_csc(matrix)
     nnz = int(csc.nnz)
     if nnz == 0:
         return np.zeros(LOCALITY_WIDTH, dtype=np.float32)
     cols = csc.shape[1]
-    degree = np.sort(np.diff(csc.indptr))[::-1]
-    covered = np.cumsum(degree) / nnz
-    cover = [covered[min(cols, 1 << j) - 1] for j in COVER_LOG2]
+    covered = hot_column_cover(csc)
+    cover = [covered[min(cols, 1 << j)] for j in COVER_LOG2]
     # CSC order: by column, rows ascending within a column; a (panel, column) pair is new
     # where the column or the panel changes from the previous nonzero.
     col_of = np.repeat(np.arange(cols), np.diff(csc.indptr))
