@@ -307,6 +307,21 @@ def test_default_pretrained_dir_is_used_without_the_flag(matrix_path, shipped, m
     assert "no shipped model for op 'spmm'" in err and "shipped: none" in err and "--model" in err
 
 
+def test_search_flag_adaptive_by_default_and_oneshot(matrix_path, shipped):
+    """Default: baseline + 7 in rounds of 3, 2, 2; --search oneshot: baseline + 5 in one batch."""
+    code, out, err = _main("spmm", "--matrix", matrix_path, *SPADE, "--pretrained-dir", shipped, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert (report["search"], report["rounds"], report["top_k"], report["samples_measured"]) == \
+        ("adaptive", [3, 2, 2], 7, 8)
+    code, out, err = _main("spmm", "--matrix", matrix_path, *SPADE, "--pretrained-dir", shipped, "--json",
+                           "--search", "oneshot")
+    assert code == 0, err
+    report = json.loads(out)
+    assert (report["search"], report["rounds"], report["top_k"], report["samples_measured"]) == \
+        ("oneshot", [5], 5, 6)
+
+
 class _Flaky(SpadeBackend):
     """The simulator, except that the configs in `failing` (None: all) report an error."""
 
@@ -501,5 +516,7 @@ def test_summary_prints_the_side_by_side_medians_the_choice_was_made_on():
 def test_parser_defaults():
     args = tune.make_parser().parse_args(["spmm"])
     assert args.matrix == tuner.EXAMPLE_MATRIX and args.target == "llvm" and args.model is None
-    assert args.budget == 0 and args.top_k == 5 and args.fixed == 1 and not args.oracle and args.out is None
+    assert args.budget == 0 and args.top_k is None and args.fixed == 1 and not args.oracle and args.out is None
+    assert args.search == "adaptive" and tune.make_parser().parse_args(["spmm", "--search", "oneshot"]).search \
+        == "oneshot"
     assert args.diversity is None  # the platform's Space.pick_distance

@@ -142,10 +142,11 @@ def test_pick_top_picks_from_the_ranking_min_distance_knobs_apart():
 
 @pytest.mark.parametrize("diversity", [None, 1, 3])
 def test_tune_measures_picks_the_given_number_of_knobs_apart(shipped, diversity):
-    """tune's picks from the ranking follow `diversity` (None: the platform's, SPADE's 2) and it is reported."""
+    """tune's one-shot picks from the ranking follow `diversity` (None: the platform's, SPADE's 2) and it is
+    reported."""
     matrix = generate("rmat", 200, seed=1)
     tuned = tuner.tune("spmm", matrix, backend=SpadeBackend(workers=1), feat=16, pretrained_root=shipped, top_k=4,
-                       fixed=0, diversity=diversity)
+                       fixed=0, diversity=diversity, search="oneshot")
     expected = 2 if diversity is None else diversity
     assert tuned.diversity == expected
     spade = space.create("spade", "spmm")

@@ -1,7 +1,7 @@
 """Tune a sparse op on one matrix and one target: pick its fastest correct configuration.
 
     python -m cognate_tvm.tune {spmm,sddmm} [--target llvm|spade|cuda] [--matrix PATH] [--feat N]
-        [--budget N] [--top-k K] [--fixed F] [--diversity D] [--model PATH] [--pretrained-dir DIR] [--save-model PATH]
+        [--search adaptive|oneshot] [--budget N] [--top-k K] [--fixed F] [--diversity D] [--model PATH] [--pretrained-dir DIR] [--save-model PATH]
         [--oracle] [--oracle-sample N] [--out DIR] [--compile-only] [--seed S] [--vendor]
         [--json] [--quiet] [--arch sm_80|sm_90] [--rpc-tracker HOST:PORT --rpc-key KEY]
 
@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import tuner
+from . import search, tuner
 from .errors import DeviceUnavailableError
 from .matrix import load_matrix
 from .measure import add_common_arguments, make_backend
@@ -57,11 +57,11 @@ DEFAULT_FIXED = tuner.DEFAULT_FIXED
 def _check_args(args: argparse.Namespace) -> None:
     if args.feat < 1:
         raise ValueError(f"--feat must be >= 1, got {args.feat}")
-    if args.top_k < 1:
+    if args.top_k is not None and args.top_k < 1:
         raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
     if args.budget < 0:
         raise ValueError(f"--budget must be >= 0, got {args.budget}")
-    if not 0 <= args.fixed <= args.top_k:
+    if args.fixed < 0 or (args.top_k is not None and args.fixed > args.top_k):
         raise ValueError(f"--fixed must be in [0, --top-k={args.top_k}], got {args.fixed}")
     if args.oracle_sample < 1:
         raise ValueError(f"--oracle-sample must be >= 1, got {args.oracle_sample}")
@@ -86,11 +86,13 @@ def run(args: argparse.Namespace) -> tuple[dict, tuner.TuneResult | None]:
     backend = make_backend(args)
     if args.compile_only:
         report = tuner.compile_top_k(op, matrix, backend=backend, feat=args.feat, directory=args.out, model=model,
-                                     model_source=source, pretrained_root=args.pretrained_dir, top_k=args.top_k)
+                                     model_source=source, pretrained_root=args.pretrained_dir,
+                                     top_k=DEFAULT_TOP_K if args.top_k is None else args.top_k)
         return report, None
     tuned = tuner.tune(op, matrix, backend=backend, feat=args.feat, model=model, model_source=source,
                        pretrained_root=args.pretrained_dir, budget=args.budget, top_k=args.top_k,
-                       fixed=args.fixed, seed=args.seed, diversity=args.diversity, oracle=args.oracle,
+                       fixed=args.fixed, seed=args.seed, diversity=args.diversity, search=args.search,
+                       oracle=args.oracle,
                        oracle_sample=args.oracle_sample, name=Path(args.matrix).stem, progress=not args.quiet)
     if args.save_model is not None:
         tuned.model.save(args.save_model)
@@ -187,8 +189,14 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
                         help="measure this many sampled configs first and fine-tune the model on them "
                              f"(default {DEFAULT_BUDGET}: rank with the model as shipped)")
-    parser.add_argument("--top-k", type=int, default=DEFAULT_TOP_K,
-                        help=f"configs measured from the model's ranking (default {DEFAULT_TOP_K})")
+    parser.add_argument("--search", choices=tuple(search.STRATEGIES), default=search.DEFAULT_STRATEGY,
+                        help="adaptive (default): rounds of measure, fine-tune the model on this matrix's "
+                             "measurements, re-rank, with one config per round exploring a knob not varied yet; "
+                             "oneshot: the model ranks once and its top-k are measured in one batch")
+    parser.add_argument("--top-k", type=int, default=None,
+                        help="configs measured after the baseline (and the --budget sample) (default: "
+                             f"{search.Adaptive().measurements} with --search adaptive, {DEFAULT_TOP_K} with oneshot "
+                             "and --compile-only)")
     parser.add_argument("--fixed", type=int, default=DEFAULT_FIXED,
                         help="how many of the top-k are the model's best fixed configs, the ones that did best "
                              f"over its training matrices (default {DEFAULT_FIXED}; 0: the ranking only)")

@@ -52,6 +52,9 @@ from .backends.base import Backend, MeasureResult, pick_checked, time_side_by_si
 from .backends.rpc import RPCSettingsError, create_rpc, wants_rpc
 from .errors import CognateError, ModelVersionError, PretrainedNotFoundError
 from .ops import Op, get_op
+from . import search as search_strategies
+from .search import (DEFAULT_STRATEGY, SearchStrategy, fixed_candidates, measured_group, pick_top,  # noqa: F401
+                     sample_configs)
 
 log = logging.getLogger(__name__)
 
@@ -291,6 +294,8 @@ class TuneResult:
     rejected: list[MeasureResult] = field(default_factory=list)
     oracle: OracleResult | None = None
     retimed: dict = field(default_factory=dict)
+    search: str = "oneshot"
+    rounds: list[int] = field(default_factory=list)
 
     @property
     def best(self) -> MeasureResult | None:
@@ -315,29 +320,12 @@ class TuneResult:
         return [r for r in self.measured if not r.ok]
 
 
-def sample_configs(platform_space: space.Space, budget: int, seed: int) -> list[space.Config]:
-    """`budget` configs other than the baseline, drawn with `seed` (fewer if the space is smaller)."""
-    if budget < 0:
-        raise ValueError(f"budget must be >= 0, got {budget}")
-    if budget == 0:
-        return []
-    baseline = platform_space.baseline()
-    drawn = [c for c in platform_space.sample(min(budget + 1, len(platform_space)), seed) if c != baseline]
-    return drawn[:budget]
-
-
-def _group(name: str, matrix: sp.csr_matrix, feat: int, results: Sequence[MeasureResult]):
-    from .data import Group
-
-    return Group(name=name, matrix=matrix, feat=feat, configs=tuple(r.config for r in results),
-                 times_ms=np.array([r.time_ms if r.ok else np.nan for r in results], dtype=np.float64))
-
-
 def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 128, model=None,
          model_source: str | None = None, pretrained_root: str | os.PathLike | None = None,
-         budget: int = DEFAULT_BUDGET, top_k: int = DEFAULT_TOP_K, fixed: int = DEFAULT_FIXED, seed: int = 0,
-         diversity: int | None = None, oracle: bool = False, oracle_sample: int = ORACLE_SAMPLE, name: str = "matrix",
-         progress: bool = False) -> TuneResult:
+         budget: int = DEFAULT_BUDGET, top_k: int | None = None, fixed: int = DEFAULT_FIXED, seed: int = 0,
+         diversity: int | None = None, search: str | SearchStrategy = DEFAULT_STRATEGY,
+         candidates: Sequence[space.Config] | None = None, oracle: bool = False,
+         oracle_sample: int = ORACLE_SAMPLE, name: str = "matrix", progress: bool = False) -> TuneResult:
     """Pick the fastest correct config of `op` on `matrix` for `backend` (see the module docstring).
 
     Parameters
@@ -347,26 +335,33 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
     pretrained_root : directory of shipped models (default: the package's).
     budget : configs sampled and measured before ranking; the model is
         fine-tuned on them (and the baseline) from its loaded weights.
-    top_k : configs measured from the model's ranking.
-    fixed : how many of the `top_k` are the model's best fixed configs (`pick_top`).
-    diversity : the ranked picks differ pairwise in at least this many knobs (`space.diverse_top`);
+    top_k : configs the search measures after the baseline (and the sample); None: the
+        strategy's default (`search.OneShot`: 5, `search.Adaptive`: 7). Ignored when `search`
+        is a strategy object.
+    fixed : how many of the first picks are the model's best fixed configs (`search.pick_top`).
+    diversity : the first ranked picks differ pairwise in at least this many knobs (`space.diverse_top`);
         None: the platform's `Space.pick_distance` (1, the plain top-k, but on SPADE).
+    search : the search strategy (`cognate_tvm.search`): "adaptive" (rounds of measure, fine-tune,
+        re-rank), "oneshot" (one ranking, one batch), or a `SearchStrategy`.
+    candidates : the configs to search among (default: `Space.candidates` of the backend's threads).
     oracle : also sweep the space (`measure_oracle`) to see how far the choice is from its best.
     """
     op = get_op(op)
     if int(feat) < 1:
         raise ValueError(f"feat must be >= 1, got {feat}")
-    if top_k < 1:
+    if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
-    if not 0 <= fixed <= top_k:
+    if fixed < 0 or (top_k is not None and fixed > top_k):
         raise ValueError(f"fixed must be in [0, top_k={top_k}], got {fixed}")
     if diversity is not None and diversity < 1:
         raise ValueError(f"diversity must be >= 1, got {diversity}")
+    strategy = search_strategies.create(search, **({} if top_k is None else {"measurements": top_k}))
     platform_space = space.create(backend.platform, op.name)
     baseline = platform_space.baseline()
-    sample = sample_configs(platform_space, budget, seed)
+    candidates = list(candidates) if candidates is not None else platform_space.candidates(backend.kernel_threads())
+    sample = sample_configs(platform_space, budget, seed, candidates)
     # The baseline (and the sample) first: a target that cannot run fails here, before any model work.
     results = measure_configs(backend, op, matrix, [baseline] + sample, feat, seed=seed, progress=progress,
                               desc=f"baseline + sample of {len(sample)}" if sample else "baseline")
@@ -378,24 +373,18 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
                        model_source=model_source, sampled=len(sample), notes=notes,
                        diversity=platform_space.pick_distance if diversity is None else diversity)
     if sample:
-        group = _group(name, matrix, feat, results)
-        succeeded = int(np.isfinite(group.times_ms).sum())
-        if succeeded >= 2:
-            log.info("fine-tuning the model on %d measurements of %s", succeeded, name)
-            model.finetune([group], space=platform_space)
-            tuned.finetuned = True
-        else:
-            tuned.notes.append(f"only {succeeded} of {len(results)} sampled configs ran; the model was not "
-                               f"fine-tuned")
-            log.warning(tuned.notes[-1])
-    candidates = platform_space.candidates(backend.kernel_threads())
-    ranked = model.rank(matrix, candidates, space=platform_space, feat=feat)
-    rank_of = {config: n + 1 for n, config in enumerate(ranked)}
-    top, tuned.fixed = pick_top(model, platform_space, ranked, measured={r.config for r in results},
-                                top_k=top_k, fixed=fixed, min_distance=tuned.diversity)
-    tuned.measured += measure_configs(backend, op, matrix, top, feat, seed=seed, progress=progress,
-                                      desc=f"top-{len(top)}")
-    tuned.predicted_rank = [rank_of.get(r.config) for r in tuned.measured]
+        _finetune_on_sample(tuned, model, platform_space, name, matrix, feat)
+    context = search_strategies.SearchContext(
+        op=op, matrix=matrix, feat=feat, space=platform_space, model=model, measured=results, name=name,
+        candidates=candidates,
+        measure=lambda configs, desc: measure_configs(backend, op, matrix, configs, feat, seed=seed,
+                                                      progress=progress, desc=desc),
+        fixed=fixed, diversity=tuned.diversity)
+    outcome = strategy.search(context)
+    tuned.measured, tuned.predicted_rank, tuned.fixed = outcome.measured, outcome.predicted_rank, outcome.fixed
+    tuned.model, tuned.finetuned = outcome.model, tuned.finetuned or outcome.finetuned
+    tuned.search, tuned.rounds = strategy.name, outcome.rounds
+    tuned.notes += outcome.notes
     choose(backend, op, matrix, tuned, feat, seed=seed)
     if oracle:
         tuned.oracle = measure_oracle(backend, op, matrix, platform_space, tuned, feat, seed=seed,
@@ -403,26 +392,19 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
     return tuned
 
 
-def fixed_candidates(model, platform_space: space.Space, candidates: Sequence[space.Config]) -> list[space.Config]:
-    """The model's best fixed configs of `platform_space` that are among `candidates`, best first."""
-    # Duck-typed: tune takes any model with rank/finetune; one without a fixed list gives none.
-    known = getattr(model, "fixed_configs", lambda _: [])(platform_space)
-    allowed = set(candidates)
-    return [c for c in known if c in allowed]
-
-
-def pick_top(model, platform_space: space.Space, ranked: Sequence[space.Config], *, measured: set,
-             top_k: int, fixed: int, min_distance: int = 1) -> tuple[list[space.Config], list[space.Config]]:
-    """(configs to measure, those of them that are best fixed configs): the model's first `fixed`
-    best fixed configs among `ranked` (the candidates), then picks from its ranking that differ
-    pairwise in at least `min_distance` knobs (`space.diverse_top`), `top_k` in all, none of them
-    already `measured`."""
-    chosen_fixed = [c for c in fixed_candidates(model, platform_space, ranked) if c not in measured][:fixed]
-    if len(chosen_fixed) == top_k:
-        return chosen_fixed, chosen_fixed
-    rest = [c for c in ranked if c not in measured and c not in chosen_fixed]
-    picks = space.diverse_top(rest, top_k - len(chosen_fixed), min_distance) if rest else []
-    return picks + chosen_fixed, chosen_fixed
+def _finetune_on_sample(tuned: TuneResult, model, platform_space: space.Space, name: str, matrix: sp.csr_matrix,
+                        feat: int) -> None:
+    """--budget: fine-tune `model` on the measured baseline and sample, when at least two of them ran."""
+    group = measured_group(name, matrix, feat, tuned.measured)
+    succeeded = int(np.isfinite(group.times_ms).sum())
+    if succeeded >= 2:
+        log.info("fine-tuning the model on %d measurements of %s", succeeded, name)
+        model.finetune([group], space=platform_space)
+        tuned.finetuned = True
+    else:
+        tuned.notes.append(f"only {succeeded} of {len(tuned.measured)} sampled configs ran; the model was not "
+                           f"fine-tuned")
+        log.warning(tuned.notes[-1])
 
 
 def retime_finalists(backend: Backend, op: Op, matrix: sp.csr_matrix, tuned: TuneResult, feat: int, *,
@@ -522,14 +504,16 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 
 def tune_report(tuned: TuneResult, *, op: str, target: str, feat: int, matrix_path, matrix: sp.csr_matrix,
-                budget: int, top_k: int, fixed: int = DEFAULT_FIXED, vendor: dict | None = None,
+                budget: int, top_k: int | None, fixed: int = DEFAULT_FIXED, vendor: dict | None = None,
                 saved_model: str | None = None) -> dict:
     """The JSON form of a tuning run; every time in it was measured in this run."""
     best = tuned.best
     report = {
         "op": op, "target": target, "feat": feat, "matrix": matrix_report(matrix_path, matrix),
         "mode": "finetuned" if tuned.finetuned else "ranked",
-        "model": tuned.model_source, "budget": budget, "top_k": top_k, "fixed": fixed,
+        "model": tuned.model_source, "budget": budget, "fixed": fixed,
+        "top_k": len(tuned.measured) - 1 - tuned.sampled if top_k is None else top_k,
+        "search": tuned.search, "rounds": tuned.rounds,
         "diversity": tuned.diversity,
         "saved_model": saved_model,
         "samples_measured": len(tuned.measured),

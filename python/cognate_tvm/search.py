@@ -1,0 +1,281 @@
+"""Search strategies: which configs `tuner.tune` measures, and in what order.
+
+A strategy gets a `SearchContext` (the op, matrix, space, candidates, cost model
+and a `measure` callable) after the baseline, and the optional seeded sample
+the model was fine-tuned on, have been measured; it measures what it chooses
+and returns a `SearchOutcome`. `tune` then re-times the finalists and checks the
+winner's output, whatever the strategy. As in TVM MetaSchedule, the strategy is
+one concept with implementations side by side; none of them looks at the
+platform: what differs between platforms is the space and the model.
+
+- `OneShot`: the model ranks the candidates once; its best fixed configs and top
+  picks are measured in one batch.
+- `Adaptive` (the default): rounds of measure -> update -> re-rank. After each
+  round a copy of the loaded model is fine-tuned on this matrix's measured
+  configs and ranks the candidates again; each later round measures the best
+  config of the new ranking and one that explores: the best-ranked config that
+  changes, against the fastest measured so far, a knob no measured config has
+  varied yet (where the model has had nothing of this matrix to learn from).
+"""
+from __future__ import annotations
+
+import copy
+import logging
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from .backends.base import MeasureResult
+from .errors import UnknownKindError
+from .ops import Op
+from .space.base import Config, Space, diverse_top
+
+log = logging.getLogger(__name__)
+
+# -- shared pieces ---------------------------------------------------------------------
+
+
+def sample_configs(platform_space: Space, budget: int, seed: int,
+                   candidates: Sequence[Config] | None = None) -> list[Config]:
+    """`budget` configs other than the baseline, drawn with `seed` from `candidates` (default: the
+    whole space; fewer if there are fewer)."""
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    if budget == 0:
+        return []
+    baseline = platform_space.baseline()
+    if candidates is None:
+        drawn = platform_space.sample(min(budget + 1, len(platform_space)), seed)
+    else:
+        pool = list(candidates)
+        order = np.random.default_rng(seed).permutation(len(pool))[:budget + 1]
+        drawn = [pool[i] for i in sorted(order)]
+    return [c for c in drawn if c != baseline][:budget]
+
+
+def fixed_candidates(model, platform_space: Space, candidates: Sequence[Config]) -> list[Config]:
+    """The model's best fixed configs of `platform_space` that are among `candidates`, best first."""
+    # Duck-typed: tune takes any model with rank/finetune; one without a fixed list gives none.
+    known = getattr(model, "fixed_configs", lambda _: [])(platform_space)
+    allowed = set(candidates)
+    return [c for c in known if c in allowed]
+
+
+def pick_top(model, platform_space: Space, ranked: Sequence[Config], *, measured: set,
+             top_k: int, fixed: int, min_distance: int = 1) -> tuple[list[Config], list[Config]]:
+    """(configs to measure, those of them that are best fixed configs): the model's first `fixed`
+    best fixed configs among `ranked` (the candidates), then picks from its ranking that differ
+    pairwise in at least `min_distance` knobs (`space.diverse_top`), `top_k` in all, none of them
+    already `measured`."""
+    chosen_fixed = [c for c in fixed_candidates(model, platform_space, ranked) if c not in measured][:fixed]
+    if len(chosen_fixed) == top_k:
+        return chosen_fixed, chosen_fixed
+    rest = [c for c in ranked if c not in measured and c not in chosen_fixed]
+    picks = diverse_top(rest, top_k - len(chosen_fixed), min_distance) if rest else []
+    return picks + chosen_fixed, chosen_fixed
+
+
+def measured_group(name: str, matrix: sp.csr_matrix, feat: int, results: Sequence[MeasureResult]):
+    """The measurements as one ranking group (`data.Group`), NaN where a config failed."""
+    from .data import Group
+
+    return Group(name=name, matrix=matrix, feat=feat, configs=tuple(r.config for r in results),
+                 times_ms=np.array([r.time_ms if r.ok else np.nan for r in results], dtype=np.float64))
+
+
+def unvaried_knobs(configs: Sequence[Config]) -> set[int]:
+    """Positions of the fields (`Config.to_json_values`) that hold one value in all `configs`."""
+    values = [c.to_json_values() for c in configs]
+    return {n for n in range(len(values[0])) if len({v[n] for v in values}) == 1} if values else set()
+
+
+# -- the interface ------------------------------------------------------------------------
+
+@dataclass
+class SearchContext:
+    """What a strategy searches with; `measure(configs, desc)` returns one result per config."""
+
+    op: Op
+    matrix: sp.csr_matrix
+    feat: int
+    space: Space
+    candidates: list[Config]
+    model: object
+    measure: Callable[[Sequence[Config], str], list[MeasureResult]]
+    measured: list[MeasureResult]  # what was measured before the search: the baseline first
+    name: str = "matrix"
+    fixed: int = 1
+    diversity: int = 1
+
+
+@dataclass
+class SearchOutcome:
+    """What a strategy measured (the context's first measurements included, in order), the
+    1-based rank each measured config had when it was picked (None: not from a ranking), the
+    best fixed configs among them, the model that ranked last and how many configs each
+    round measured."""
+
+    measured: list[MeasureResult]
+    predicted_rank: list[int | None]
+    fixed: list[Config]
+    model: object
+    finetuned: bool = False
+    rounds: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class SearchStrategy(ABC):
+    """Chooses and measures configs of one matrix (see the module docstring)."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def search(self, context: SearchContext) -> SearchOutcome:
+        """Measure the configs this strategy picks; failures are results, never raised."""
+
+    @property
+    @abstractmethod
+    def measurements(self) -> int:
+        """How many configs the search measures after the context's first measurements."""
+
+
+class OneShot(SearchStrategy):
+    """The model ranks once; its `fixed` best fixed configs and top picks, `measurements` in all, are
+    measured in one batch."""
+
+    name = "oneshot"
+
+    def __init__(self, *, measurements: int = 5):
+        if measurements < 1:
+            raise ValueError(f"measurements must be >= 1, got {measurements}")
+        self._measurements = int(measurements)
+
+    @property
+    def measurements(self) -> int:
+        return self._measurements
+
+    def search(self, context: SearchContext) -> SearchOutcome:
+        ranked = context.model.rank(context.matrix, context.candidates, space=context.space, feat=context.feat)
+        top, fixed = pick_top(context.model, context.space, ranked, measured={r.config for r in context.measured},
+                              top_k=self._measurements, fixed=min(context.fixed, self._measurements),
+                              min_distance=context.diversity)
+        measured = list(context.measured) + context.measure(top, f"top-{len(top)}")
+        rank_of = {config: n + 1 for n, config in enumerate(ranked)}
+        return SearchOutcome(measured=measured, predicted_rank=[rank_of.get(r.config) for r in measured],
+                             fixed=fixed, model=context.model, rounds=[len(top)])
+
+
+class Adaptive(SearchStrategy):
+    """Rounds of measure -> update -> re-rank (see the module docstring).
+
+    Parameters
+    ----------
+    measurements : configs measured in all (after the context's first measurements).
+    first : configs of the first round, picked as `OneShot` picks them (at most `measurements`).
+    per_round : configs of each later round: the best of the new ranking, then (with
+        `explore`) the best-ranked one that varies a knob no measured config varied, then
+        the next of the ranking.
+    explore : whether later rounds explore (else they take the ranking's next configs).
+    radius : explore only configs within this many knobs of the fastest measured one, when
+        there are any (None: anywhere in the ranking).
+    epochs : epochs of each fine-tune (None: the model's own setting).
+    """
+
+    name = "adaptive"
+
+    def __init__(self, *, measurements: int = 7, first: int = 3, per_round: int = 2, explore: bool = True,
+                 radius: int | None = None, epochs: int | None = None):
+        first = min(first, measurements)
+        if measurements < 1 or first < 1 or per_round < 1:
+            raise ValueError(f"need measurements >= first >= 1 and per_round >= 1, got measurements={measurements}, "
+                             f"first={first}, per_round={per_round}")
+        if radius is not None and radius < 1:
+            raise ValueError(f"radius must be >= 1 or None, got {radius}")
+        self._measurements, self.first, self.per_round = int(measurements), int(first), int(per_round)
+        self.explore, self.radius, self.epochs = bool(explore), radius, epochs
+
+    @property
+    def measurements(self) -> int:
+        return self._measurements
+
+    def search(self, context: SearchContext) -> SearchOutcome:
+        ranked = context.model.rank(context.matrix, context.candidates, space=context.space, feat=context.feat)
+        picks, fixed = pick_top(context.model, context.space, ranked, measured={r.config for r in context.measured},
+                                top_k=self.first, fixed=min(context.fixed, self.first),
+                                min_distance=context.diversity)
+        outcome = SearchOutcome(measured=list(context.measured), predicted_rank=[], fixed=fixed,
+                                model=context.model)
+        self._record(outcome, context, picks, ranked, "round 1")
+        while len(outcome.measured) - len(context.measured) < self._measurements:
+            model = self._update(context, outcome.measured)
+            if model is not None:
+                outcome.model, outcome.finetuned = model, True
+                ranked = model.rank(context.matrix, context.candidates, space=context.space, feat=context.feat)
+            left = self._measurements - (len(outcome.measured) - len(context.measured))
+            picks = self._next_round(ranked, outcome.measured, min(self.per_round, left))
+            if not picks:
+                break  # every candidate is measured
+            self._record(outcome, context, picks, ranked, f"round {len(outcome.rounds) + 1}")
+        return outcome
+
+    @staticmethod
+    def _record(outcome: SearchOutcome, context: SearchContext, picks: list[Config], ranked: Sequence[Config],
+                desc: str) -> None:
+        rank_of = {config: n + 1 for n, config in enumerate(ranked)}
+        if not outcome.predicted_rank:  # the context's first measurements, ranked by the first ranking
+            outcome.predicted_rank = [rank_of.get(r.config) for r in outcome.measured]
+        outcome.measured += context.measure(picks, desc)
+        outcome.predicted_rank += [rank_of.get(c) for c in picks]
+        outcome.rounds.append(len(picks))
+
+    def _update(self, context: SearchContext, measured: Sequence[MeasureResult]):
+        """A copy of the context's model fine-tuned on this matrix's measurements so far (None when
+        fewer than two configs ran or all ran equally fast: nothing to rank)."""
+        group = measured_group(context.name, context.matrix, context.feat, measured).ok()
+        if len(group.configs) < 2 or np.ptp(group.times_ms) == 0:
+            return None
+        log.info("adaptive search: fine-tuning on %d measured configs of %s", len(group.configs), context.name)
+        model = copy.deepcopy(context.model)
+        model.finetune([group], space=context.space, **({} if self.epochs is None else {"epochs": self.epochs}))
+        return model
+
+    def _next_round(self, ranked: Sequence[Config], measured: Sequence[MeasureResult], k: int) -> list[Config]:
+        seen = {r.config for r in measured}
+        rest = [c for c in ranked if c not in seen]
+        picks = rest[:1]
+        if self.explore and k > 1 and rest:
+            explored = self._explore(rest[1:], measured)
+            picks += [explored] if explored is not None else []
+        chosen = set(picks)
+        return picks + [c for c in rest if c not in chosen][:k - len(picks)]
+
+    def _explore(self, ranked: Sequence[Config], measured: Sequence[MeasureResult]) -> Config | None:
+        """The best-ranked of `ranked` that changes, against the fastest measured config, a knob that
+        every measured config holds at one value (within `radius` knobs of it, where any are)."""
+        ok = [r for r in measured if r.ok]
+        if not ok:
+            return None
+        incumbent = min(ok, key=lambda r: r.time_ms).config.to_json_values()
+        unvaried = unvaried_knobs([r.config for r in measured])
+        varying = [c for c in ranked if any(c.to_json_values()[n] != incumbent[n] for n in unvaried)]
+        if self.radius is not None:
+            near = [c for c in varying
+                    if sum(a != b for a, b in zip(c.to_json_values(), incumbent)) <= self.radius]
+            varying = near or varying
+        return varying[0] if varying else None
+
+
+STRATEGIES = {OneShot.name: OneShot, Adaptive.name: Adaptive}
+DEFAULT_STRATEGY = Adaptive.name
+
+
+def create(name: str | SearchStrategy, **options) -> SearchStrategy:
+    """The strategy named `name` ("oneshot", "adaptive") with `options`; a strategy passes through."""
+    if isinstance(name, SearchStrategy):
+        return name
+    if name not in STRATEGIES:
+        raise UnknownKindError("search strategy", name, list(STRATEGIES))
+    return STRATEGIES[name](**options)
