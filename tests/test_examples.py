@@ -86,7 +86,8 @@ def test_tune_eval_benchmark_at_test_size(shipped, tmp_path):
     sweep_configs = [{c for c, _ in r["sweep"]} for r in rows]
     for r, configs in zip(retimed, sweep_configs):
         # every method's pick was re-timed beside the baseline, in one call
-        for method in ("tune", "tune_ranking", "train_fixed", "random", "random_same_budget", "best_fixed"):
+        for method in ("tune", "tune_oneshot", "tune_ranking", "train_fixed", "random", "random_same_budget",
+                       "best_fixed"):
             assert r[f"{method}_speedup"] == pytest.approx(r["baseline_ms"] / r[f"{method}_ms"]), method
         for method in ("random", "random_same_budget", "best_fixed"):  # drawn from the sweep
             assert space.create("cpu", "spmm").config_from_dict(r[f"{method}_config"]).to_json() in configs

@@ -146,3 +146,21 @@ def test_tune_adapts_by_default_on_any_target(shipped):
     oneshot = tuner.tune("spmm", matrix, backend=backend, feat=16, pretrained_root=shipped, search="oneshot")
     assert oneshot.search == "oneshot" and len(oneshot.measured) == 6 and not oneshot.finetuned
     assert len(tuner.tune("spmm", matrix, backend=backend, feat=16, pretrained_root=shipped, top_k=4).measured) == 5
+
+
+def test_adaptive_local_takes_the_best_of_the_ranking_near_the_fastest_measured():
+    gpu = space.create("gpu", "spmm")
+    base = gpu.baseline()
+    configs = [c for c in gpu.configs() if c != base]
+    far_first = lambda c: (-c.knobs_differing(base), c.to_json())  # noqa: E731  the model ranks far configs first
+    times = {c: 1.0 if c == base else 2.0 for c in gpu.configs()}  # the baseline stays the fastest
+    context, calls = _context(configs, times, _Model(score=far_first))
+    search.Adaptive(measurements=3, first=2, per_round=1, local=1).search(context)
+    ranked = sorted(configs, key=far_first)
+    assert all(c.knobs_differing(base) > 1 for c in calls[0])
+    assert calls[1] == [next(c for c in ranked[2:] if c.knobs_differing(base) == 1)]
+    context, calls = _context(configs, times, _Model(score=far_first))
+    search.Adaptive(measurements=3, first=2, per_round=1).search(context)
+    assert calls[1] == [ranked[2]]
+    with pytest.raises(ValueError, match="local must be >= 1"):
+        search.Adaptive(local=0)

@@ -181,21 +181,25 @@ class Adaptive(SearchStrategy):
     explore : whether later rounds explore (else they take the ranking's next configs).
     radius : explore only configs within this many knobs of the fastest measured one, when
         there are any (None: anywhere in the ranking).
+    local : the best of each later round is taken among the configs within this many knobs of the
+        fastest measured one, when there are any (None: the whole ranking), as an evolutionary
+        search mutates its best.
     epochs : epochs of each fine-tune (None: the model's own setting).
     """
 
     name = "adaptive"
 
     def __init__(self, *, measurements: int = 7, first: int = 3, per_round: int = 2, explore: bool = True,
-                 radius: int | None = None, epochs: int | None = None):
+                 radius: int | None = None, local: int | None = None, epochs: int | None = None):
         first = min(first, measurements)
         if measurements < 1 or first < 1 or per_round < 1:
             raise ValueError(f"need measurements >= first >= 1 and per_round >= 1, got measurements={measurements}, "
                              f"first={first}, per_round={per_round}")
-        if radius is not None and radius < 1:
-            raise ValueError(f"radius must be >= 1 or None, got {radius}")
+        for name, value in (("radius", radius), ("local", local)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {value}")
         self._measurements, self.first, self.per_round = int(measurements), int(first), int(per_round)
-        self.explore, self.radius, self.epochs = bool(explore), radius, epochs
+        self.explore, self.radius, self.local, self.epochs = bool(explore), radius, local, epochs
 
     @property
     def measurements(self) -> int:
@@ -245,27 +249,34 @@ class Adaptive(SearchStrategy):
     def _next_round(self, ranked: Sequence[Config], measured: Sequence[MeasureResult], k: int) -> list[Config]:
         seen = {r.config for r in measured}
         rest = [c for c in ranked if c not in seen]
-        picks = rest[:1]
+        incumbent = _fastest(measured)
+        exploit = rest
+        if self.local is not None and incumbent is not None:
+            exploit = [c for c in rest if c.knobs_differing(incumbent) <= self.local] or rest
+        picks = exploit[:1]
         if self.explore and k > 1 and rest:
-            explored = self._explore(rest[1:], measured)
+            explored = self._explore([c for c in rest if c not in picks], measured)
             picks += [explored] if explored is not None else []
         chosen = set(picks)
-        return picks + [c for c in rest if c not in chosen][:k - len(picks)]
+        return picks + [c for c in dict.fromkeys(exploit + rest) if c not in chosen][:k - len(picks)]
 
     def _explore(self, ranked: Sequence[Config], measured: Sequence[MeasureResult]) -> Config | None:
         """The best-ranked of `ranked` that changes, against the fastest measured config, a knob that
         every measured config holds at one value (within `radius` knobs of it, where any are)."""
-        ok = [r for r in measured if r.ok]
-        if not ok:
+        incumbent = _fastest(measured)
+        if incumbent is None:
             return None
-        incumbent = min(ok, key=lambda r: r.time_ms).config.to_json_values()
+        values = incumbent.to_json_values()
         unvaried = unvaried_knobs([r.config for r in measured])
-        varying = [c for c in ranked if any(c.to_json_values()[n] != incumbent[n] for n in unvaried)]
+        varying = [c for c in ranked if any(c.to_json_values()[n] != values[n] for n in unvaried)]
         if self.radius is not None:
-            near = [c for c in varying
-                    if sum(a != b for a, b in zip(c.to_json_values(), incumbent)) <= self.radius]
-            varying = near or varying
+            varying = [c for c in varying if c.knobs_differing(incumbent) <= self.radius] or varying
         return varying[0] if varying else None
+
+
+def _fastest(measured: Sequence[MeasureResult]) -> Config | None:
+    ok = [r for r in measured if r.ok]
+    return min(ok, key=lambda r: r.time_ms).config if ok else None
 
 
 STRATEGIES = {OneShot.name: OneShot, Adaptive.name: Adaptive}
