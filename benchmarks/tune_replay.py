@@ -197,12 +197,47 @@ def markdown(result: dict, command: str) -> str:
     return "\n".join(lines + [""] + [f"- {n}" for n in result["notes"]]) + "\n"
 
 
+COMBINED = ("oneshot", "adaptive", "budget8", "random_same", "random48", "best_fixed", "baseline")
+
+
+def combine(directories: list[Path], out: Path) -> str:
+    """One markdown table (``combined.md``) and bar chart (``combined.png``) of several runs' summaries."""
+    results = [json.loads((d / "summary.json").read_text()) for d in directories]
+    header = "| data | matrices | " + " | ".join(COMBINED) + " |"
+    lines = [header, "|" + "---|" * (len(COMBINED) + 2)]
+    for d, r in zip(directories, results):
+        cells = [f"{r['summary'][m]['mean']:.3f}" if m in r["summary"] else "-" for m in COMBINED]
+        lines.append(f"| {d.name} | {r['matrices']} | " + " | ".join(cells) + " |")
+    text = "\n".join(lines) + "\n"
+    (out / "combined.md").write_text(text)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(results)), 4))
+    width = 0.8 / len(COMBINED)
+    for n, method in enumerate(COMBINED):
+        values = [r["summary"].get(method, {}).get("mean", 0.0) for r in results]
+        ax.bar(np.arange(len(results)) + (n - (len(COMBINED) - 1) / 2) * width, values, width, label=method)
+    ax.set_xticks(np.arange(len(results)), [d.name for d in directories], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("recorded best / pick (mean)")
+    ax.set_ylim(0.3, 1.02)
+    ax.legend(fontsize=7, ncol=4, loc="lower center")
+    fig.tight_layout()
+    fig.savefig(out / "combined.png", dpi=120)
+    plt.close(fig)
+    return text
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--op", choices=("spmm", "sddmm"), required=True)
+    parser.add_argument("--op", choices=("spmm", "sddmm"), default="spmm")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", type=Path, nargs="+", help="CPU dataset directories (one thread count)")
     source.add_argument("--gpu-sweep", type=Path, nargs="+", help="gpu_sweep.json files of full GPU sweeps")
+    source.add_argument("--combine", type=Path, nargs="+",
+                        help="--out directories of earlier runs: one table and figure of them all (--op ignored)")
     parser.add_argument("--corpus", default="synthetic:300:2026", help="the corpus spec of --data")
     parser.add_argument("--min-rows", type=int, default=1000)
     parser.add_argument("--max-rows", type=int, default=1_000_000)
@@ -219,6 +254,9 @@ def main(argv=None) -> int:
     logging.getLogger("cognate_tvm").setLevel(logging.WARNING)
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.combine:
+        print(combine(args.combine, args.out))
+        return 0
     (args.out / "rows.jsonl").unlink(missing_ok=True)
     result = evaluate(args)
     command = "python benchmarks/tune_replay.py " + " ".join(argv if argv is not None else __import__("sys").argv[1:])

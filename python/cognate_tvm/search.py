@@ -128,18 +128,32 @@ class SearchOutcome:
 
 
 class SearchStrategy(ABC):
-    """Chooses and measures configs of one matrix (see the module docstring)."""
+    """Chooses and measures `measurements` configs of one matrix (see the module docstring)."""
 
     name: ClassVar[str]
+
+    def __init__(self, *, measurements: int):
+        if measurements < 1:
+            raise ValueError(f"measurements must be >= 1, got {measurements}")
+        self._measurements = int(measurements)
+
+    @property
+    def measurements(self) -> int:
+        """How many configs the search measures after the context's first measurements."""
+        return self._measurements
 
     @abstractmethod
     def search(self, context: SearchContext) -> SearchOutcome:
         """Measure the configs this strategy picks; failures are results, never raised."""
 
-    @property
-    @abstractmethod
-    def measurements(self) -> int:
-        """How many configs the search measures after the context's first measurements."""
+    @staticmethod
+    def first_picks(context: SearchContext, k: int) -> tuple[list[Config], list[Config], list[Config]]:
+        """(the model's ranking of the candidates, its first `k` picks (`pick_top`), the best fixed
+        configs among them)."""
+        ranked = context.model.rank(context.matrix, context.candidates, space=context.space, feat=context.feat)
+        picks, fixed = pick_top(context.model, context.space, ranked, measured={r.config for r in context.measured},
+                                top_k=k, fixed=min(context.fixed, k), min_distance=context.diversity)
+        return ranked, picks, fixed
 
 
 class OneShot(SearchStrategy):
@@ -149,19 +163,10 @@ class OneShot(SearchStrategy):
     name = "oneshot"
 
     def __init__(self, *, measurements: int = 5):
-        if measurements < 1:
-            raise ValueError(f"measurements must be >= 1, got {measurements}")
-        self._measurements = int(measurements)
-
-    @property
-    def measurements(self) -> int:
-        return self._measurements
+        super().__init__(measurements=measurements)
 
     def search(self, context: SearchContext) -> SearchOutcome:
-        ranked = context.model.rank(context.matrix, context.candidates, space=context.space, feat=context.feat)
-        top, fixed = pick_top(context.model, context.space, ranked, measured={r.config for r in context.measured},
-                              top_k=self._measurements, fixed=min(context.fixed, self._measurements),
-                              min_distance=context.diversity)
+        ranked, top, fixed = self.first_picks(context, self._measurements)
         measured = list(context.measured) + context.measure(top, f"top-{len(top)}")
         rank_of = {config: n + 1 for n, config in enumerate(ranked)}
         return SearchOutcome(measured=measured, predicted_rank=[rank_of.get(r.config) for r in measured],
@@ -191,25 +196,17 @@ class Adaptive(SearchStrategy):
 
     def __init__(self, *, measurements: int = 7, first: int = 3, per_round: int = 2, explore: bool = True,
                  radius: int | None = None, local: int | None = None, epochs: int | None = None):
-        first = min(first, measurements)
-        if measurements < 1 or first < 1 or per_round < 1:
-            raise ValueError(f"need measurements >= first >= 1 and per_round >= 1, got measurements={measurements}, "
-                             f"first={first}, per_round={per_round}")
+        super().__init__(measurements=measurements)
+        if first < 1 or per_round < 1:
+            raise ValueError(f"first and per_round must be >= 1, got first={first}, per_round={per_round}")
         for name, value in (("radius", radius), ("local", local)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {value}")
-        self._measurements, self.first, self.per_round = int(measurements), int(first), int(per_round)
+        self.first, self.per_round = min(int(first), self._measurements), int(per_round)
         self.explore, self.radius, self.local, self.epochs = bool(explore), radius, local, epochs
 
-    @property
-    def measurements(self) -> int:
-        return self._measurements
-
     def search(self, context: SearchContext) -> SearchOutcome:
-        ranked = context.model.rank(context.matrix, context.candidates, space=context.space, feat=context.feat)
-        picks, fixed = pick_top(context.model, context.space, ranked, measured={r.config for r in context.measured},
-                                top_k=self.first, fixed=min(context.fixed, self.first),
-                                min_distance=context.diversity)
+        ranked, picks, fixed = self.first_picks(context, self.first)
         outcome = SearchOutcome(measured=list(context.measured), predicted_rank=[], fixed=fixed,
                                 model=context.model)
         self._record(outcome, context, picks, ranked, "round 1")

@@ -9,11 +9,16 @@ The shipped cost model of the op and the target's platform ranks the space
 (on the CPU, the configs of the kernel thread count: serial on one thread,
 parallel on more; a platform without a model uses the CPU model zero-shot,
 with a note); the
-baseline config and the model's top-k are measured (``--fixed F``, default 1,
-of them the model's best fixed configs: those that did best over its training
-matrices, whatever the matrix; the ranked ones differ pairwise in at least
-``--diversity D`` knobs, by default the platform's: 2 on SPADE, 1, the plain
-ranking, elsewhere); the fastest ones are timed again side by
+baseline config and 7 more are measured, by default (``--search adaptive``) in
+rounds of 3, 2 and 2: after each round a copy of the model is fine-tuned on
+this matrix's measurements and ranks the space again, and each later round
+measures its best config and one that varies a knob no measured config has
+varied yet; ``--search oneshot`` measures the first ranking's top-k (5) in one
+batch (``--top-k K`` sets how many are measured after the baseline). The first
+picks are ``--fixed F`` (default 1) of the model's best fixed configs (those
+that did best over its training matrices, whatever the matrix) and ranked ones
+that differ pairwise in at least ``--diversity D`` knobs (by default the
+platform's: 2 on SPADE, 1, the plain ranking, elsewhere); the fastest ones are timed again side by
 side with the baseline and the one with the lowest median whose output matches
 scipy's is kept if it is faster than the baseline (`cognate_tvm.tuner.tune`). ``--budget N`` first measures N
 sampled configs of this matrix and fine-tunes the model on them, from its

@@ -14,13 +14,18 @@ an op and platform), and tuning itself:
 platform ranks the space's candidates for the backend's kernel threads
 (`Space.candidates`: all configs but on the CPU, where parallel or serial ones
 follow the thread count); a platform without a shipped model uses the CPU
-model zero-shot, with a note; the baseline and the model's top-k are
-measured, `fixed` (1) of the k being the model's best fixed configs (the ones
-that did best over its training matrices, `pick_top`), the others picks from the
-ranking that differ pairwise in `Space.pick_distance` knobs (SPADE: 2; elsewhere 1,
-the plain ranking; `diversity` overrides it); with ``budget=N`` a
-seeded sample of N configs is measured first and the loaded model is
-fine-tuned on it, from its pre-trained weights.
+model zero-shot, with a note. The baseline is measured, then the search
+strategy (`cognate_tvm.search`) chooses what else to measure: by default
+(`search.Adaptive`) 7 configs in rounds of 3, 2 and 2, the model fine-tuned (a
+copy, from its loaded weights) on this matrix's measurements after each round
+and the candidates ranked again; ``search="oneshot"`` measures the first
+ranking's top-k (5) in one batch. The first picks are `fixed` (1) of the model's
+best fixed configs (the ones that did best over its training matrices,
+`pick_top`) and picks from the ranking that differ pairwise in
+`Space.pick_distance` knobs (SPADE: 2; elsewhere 1, the plain ranking;
+`diversity` overrides it); with ``budget=N`` a seeded sample of N candidates is
+measured first and the loaded model is fine-tuned on it, from its pre-trained
+weights.
 The fastest `FINALISTS` measured configs and the baseline are then timed again
 side by side (`FINAL_ROUNDS` calls, order rotated; not on a simulator) and
 ranked by their medians (`retime_finalists`). The chosen config is the first of
