@@ -1,8 +1,10 @@
 """Corpus specs: which matrices a collection or an experiment runs on.
 
-A spec is either ``synthetic:N[:SEED]`` (N generated matrices from every
-family, log-uniform sizes, see `generate_corpus`) or a directory of matrix
-files (.mtx, .npz, edge lists ``.edges``/``.txt``/``.el``), read lazily.
+A spec is ``synthetic:N[:SEED]`` (N generated matrices from every family,
+log-uniform sizes, see `generate_corpus`), ``realistic:N[:SEED]`` (the same from
+the families of `realistic`: FEM-like block rows, community graphs, dense rows)
+or a directory of matrix files (.mtx, .npz, edge lists ``.edges``/``.txt``/``.el``),
+read lazily.
 """
 from __future__ import annotations
 
@@ -16,13 +18,14 @@ import scipy.sparse as sp
 from ..errors import CognateError
 from .generators import CorpusEntry, generate_corpus
 from .io import load_matrix
+from .realistic import RealisticEntry, realistic_corpus
 
 MATRIX_SUFFIXES = (".mtx", ".npz", ".edges", ".el", ".txt")
-_SYNTHETIC = re.compile(r"^synthetic:(\d+)(?::(\d+))?$")
+_SYNTHETIC = re.compile(r"^(synthetic|realistic):(\d+)(?::(\d+))?$")
 
 
 class CorpusSpecError(CognateError, ValueError):
-    """A corpus spec that is neither ``synthetic:N[:SEED]`` nor a directory of matrices."""
+    """A corpus spec that is none of ``synthetic:N[:SEED]``, ``realistic:N[:SEED]`` or a directory of matrices."""
 
 
 @dataclass(frozen=True)
@@ -37,19 +40,21 @@ class FileEntry:
 
 
 def load_corpus(spec: str | os.PathLike, *, min_rows: int = 1000, max_rows: int = 1_000_000
-                ) -> list[CorpusEntry | FileEntry]:
+                ) -> list[CorpusEntry | RealisticEntry | FileEntry]:
     """The entries (each with ``.name`` and ``.build()``) of corpus `spec`, in a fixed order."""
     text = str(spec)
     match = _SYNTHETIC.match(text)
     if match:
-        count, seed = int(match.group(1)), int(match.group(2) or 0)
+        kind, count, seed = match.group(1), int(match.group(2)), int(match.group(3) or 0)
         if count < 1:
             raise CorpusSpecError(f"corpus {text!r}: N must be >= 1")
         if not 1 <= min_rows <= max_rows:
             raise CorpusSpecError(f"corpus sizes need 1 <= min_rows <= max_rows, got {min_rows}, {max_rows}")
-        return generate_corpus(count, seed=seed, min_rows=min_rows, max_rows=max_rows)
-    if text.startswith("synthetic"):
-        raise CorpusSpecError(f"corpus {text!r}: expected 'synthetic:N' or 'synthetic:N:SEED' with integers")
+        make = generate_corpus if kind == "synthetic" else realistic_corpus
+        return make(count, seed=seed, min_rows=min_rows, max_rows=max_rows)
+    if text.startswith(("synthetic", "realistic")):
+        kind = text.split(":")[0]
+        raise CorpusSpecError(f"corpus {text!r}: expected '{kind}:N' or '{kind}:N:SEED' with integers")
     path = Path(text)
     if not path.is_dir():
         raise CorpusSpecError(f"corpus {text!r} is neither 'synthetic:N[:SEED]' nor an existing directory")
