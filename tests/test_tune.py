@@ -320,6 +320,9 @@ def test_search_flag_adaptive_by_default_and_oneshot(matrix_path, shipped):
     report = json.loads(out)
     assert (report["search"], report["rounds"], report["top_k"], report["samples_measured"]) == \
         ("oneshot", [5], 5, 6)
+    code, out, err = _main("spmm", "--matrix", matrix_path, *SPADE, "--pretrained-dir", shipped)
+    assert code == 0, err
+    assert "measured in rounds of 3, 2, 2, the model fine-tuned on this matrix's measurements" in out
 
 
 class _Flaky(SpadeBackend):

@@ -127,8 +127,14 @@ def _timing(report: dict, role: str) -> str:
 def format_summary(report: dict) -> str:
     """A few readable lines: the chosen config, its time, the baseline's, the speedups."""
     m, best, base = report["matrix"], report["best"], report["baseline"]
-    how = (f"model {report['model']}, fine-tuned on {report['budget']} sampled configs" if report["mode"] == "finetuned"
-           else f"ranked by the model {report['model']}")
+    how = f"ranked by the model {report['model']}"
+    if report.get("budget"):
+        how += f", fine-tuned on {report['budget']} sampled configs"
+    rounds = report.get("rounds") or []
+    if len(rounds) > 1:
+        how += f"; measured in rounds of {', '.join(map(str, rounds))}"
+        if report.get("search") == "adaptive" and report.get("mode") == "finetuned":
+            how += ", the model fine-tuned on this matrix's measurements after each"
     lines = [f"{report['op']} on {report['target']}: {m['rows']}x{m['cols']}, nnz={m['nnz']}, "
              f"feat={report['feat']} ({how})"]
     if best is None:
