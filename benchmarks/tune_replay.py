@@ -95,10 +95,10 @@ def variant(spec: str):
     return spec, Adaptive(**kwargs) if name == "adaptive" else None
 
 
-def run_tune(label, strategy, *, op, matrix, name, backend, model, feat, candidates, budget=0):
+def run_tune(label, strategy, *, op, matrix, name, backend, model, feat, candidates, budget=0, diversity=None):
     start = time.perf_counter()
     tuned = tuner.tune(op, matrix, backend=backend, feat=feat, model=copy.deepcopy(model), model_source="shipped",
-                       search=strategy, candidates=candidates, budget=budget, name=name)
+                       search=strategy, candidates=candidates, budget=budget, name=name, diversity=diversity)
     chosen = tuned.chosen
     return {f"{label}_ms": None if chosen is None else chosen.time_ms,
             f"{label}_measured": len(tuned.measured), f"{label}_seconds": round(time.perf_counter() - start, 2),
@@ -131,9 +131,9 @@ def evaluate(args) -> dict:
                "best_ms": best, "baseline_ms": baseline}
         for label, strategy in strategies:
             row.update(run_tune(label, strategy, op=args.op, matrix=matrix, name=name, backend=backend, model=model,
-                                feat=feat, candidates=candidates))
+                                feat=feat, candidates=candidates, diversity=args.diversity))
         row.update(run_tune(f"budget{args.budget}", "oneshot", op=args.op, matrix=matrix, name=name, backend=backend,
-                            model=model, feat=feat, candidates=candidates, budget=args.budget))
+                            model=model, feat=feat, candidates=candidates, budget=args.budget, diversity=args.diversity))
         array = np.array(list(times.values()))
         rng = np.random.default_rng([args.seed, n])
         row["random_same"] = expected_random(array, baseline, row["adaptive_measured"] - 1, args.draws, rng)
@@ -246,6 +246,8 @@ def main(argv=None) -> int:
     parser.add_argument("--matrices", type=int, default=None, help="at most this many matrices (per sweep file)")
     parser.add_argument("--budget", type=int, default=8, help="N of the --budget N method")
     parser.add_argument("--variant", action="append", default=[], help="adaptive:KEY=VALUE,... (repeatable)")
+    parser.add_argument("--diversity", type=int, default=None,
+                        help="tune's --diversity for every tune run (default: the platform's)")
     parser.add_argument("--draws", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
