@@ -9,7 +9,7 @@ the wrong kernels. This script
 2. measures on each the baseline (where reachable), `--uniform` configs sampled over the MetaSchedule space's
    candidates at `--threads` (every knob value covered) and `--top` drawn from the shipped model's
    3 x `--top` best-ranked of them (where a search looks first), as `tune_sparse` builds them
-   (`backends.metaschedule.MetaScheduleBackend`: side by side, outputs checked against scipy),
+   (`metaschedule.MetaScheduleBackend`: side by side, outputs checked against scipy),
    into a resumable dataset (`--data`),
 3. fine-tunes the shipped `<op>-cpu-<T>t` model on the train matrices, once per learning rate of
    `--lrs`; the validation matrices choose the epoch and the learning rate,
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from cognate_tvm import baselines
-from cognate_tvm.backends.metaschedule import MetaScheduleBackend
+from cognate_tvm.metaschedule import MetaScheduleBackend
 from cognate_tvm.data import collect, groups_from_frame, load_frame, select, split_by_matrix
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.metaschedule import METASCHEDULE_PLATFORM, reachable_configs
@@ -114,7 +114,7 @@ def model_card(args, frame, split, results, lr, val_score, seconds, name: str) -
 - Start: the shipped `{args.op}-{threaded_platform('cpu', args.threads)}` model (tune's kernels), fine-tuned.
 - Data: {frame['matrix'].nunique()} generated matrices (corpus `{args.corpus}`, {args.min_rows}-{args.max_rows} rows),
   {len(frame)} measurements ({int(frame['time_ms'].isna().sum())} failed) at N = {args.feat}, timed with
-  `backends.metaschedule.MetaScheduleBackend` ({args.rounds} side-by-side rounds per matrix, outputs checked).
+  `metaschedule.MetaScheduleBackend` ({args.rounds} side-by-side rounds per matrix, outputs checked).
   Per matrix: the baseline (where reachable), {args.uniform} configs sampled over the space, {args.top} of the shipped model's
   {3 * args.top} best-ranked. Stored in `{args.data}`.
 - Split by matrix (seed {args.split_seed}): {len(split[0])} train / {len(split[1])} validation / {len(split[2])} test.

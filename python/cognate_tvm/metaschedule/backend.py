@@ -1,7 +1,7 @@
 """The MetaSchedule kernels of CPU-space configs, built and timed: what `tune_sparse`'s searches run.
 
 `tune` measures the hand-written CPU kernels (`backends/cpu.py`). MetaSchedule builds a config from
-its own schedule (`metaschedule.schedule_config`), and the two kernels differ (the dense-tile-major
+its own schedule (`schedule_config`), and the two kernels differ (the dense-tile-major
 SpMM order accumulates into memory there, into registers here), so a config's time differs too and
 a model trained on one family ranks the other worse. This backend times the MetaSchedule kernels,
 for the datasets that teach `CognateModel()` the kernels it ranks
@@ -20,9 +20,11 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from ..backends.base import Backend, MeasureResult, measure_inputs, rotated_order
 from ..ops import Op
 from ..space.base import Config
-from .base import Backend, MeasureResult, measure_inputs, rotated_order
+from .runner import BuiltKernel, device_inputs
+from .space import schedule_config
 
 
 class MetaScheduleBackend(Backend):
@@ -74,17 +76,15 @@ class MetaScheduleBackend(Backend):
 
     def measure(self, op: Op, matrix: sp.csr_matrix, configs: Sequence[Config], feat: int, *,
                 check: bool = False, seed: int = 0) -> list[MeasureResult]:
-        from .. import metaschedule as msc
-
         op, matrix, feat, _ = measure_inputs(op, matrix, feat, seed)
-        inputs = msc.device_inputs(op, matrix, feat, seed)
+        inputs = device_inputs(op, matrix, feat, seed)
         results: list[MeasureResult | None] = [None] * len(configs)
         kernels: dict[int, object] = {}
         correct: dict[int, bool | None] = {}
         for n, config in enumerate(configs):
             try:
-                mod = msc.schedule_config(op, matrix, feat, config, workers=self.num_threads)
-                kernel = msc.BuiltKernel(op, mod, matrix, feat, self._target, seed=seed, inputs=inputs)
+                mod = schedule_config(op, matrix, feat, config, workers=self.num_threads)
+                kernel = BuiltKernel(op, mod, matrix, feat, self._target, seed=seed, inputs=inputs)
                 correct[n] = kernel.correct() if check else None
                 kernels[n] = kernel
             except Exception as exc:  # a failing config is recorded and the sweep goes on
