@@ -29,6 +29,7 @@ from ..data import Group, matrix_hash
 from ..errors import ModelVersionError
 from ..metrics import mean_log_slowdown
 from ..space.base import Config, Space
+from ..train import train_ranking
 from .config import ModelConfig
 from .featurizer import SparsePattern
 from .latent import KnobEncoder, ReconstructionReport, create_encoder
@@ -233,8 +234,6 @@ class CognateCostModel(RankingModel):
     def fit(self, groups: Sequence[Group], *, space: Space, val_groups: Sequence[Group] | None = None,
             epochs: int | None = None) -> "CognateCostModel":
         """Pre-train every part (the featurizer too if `train.train_featurizer`) on `groups`."""
-        from ..train import train_ranking
-
         t = self.config.train
         frozen = {"latent"} | (set() if t.train_featurizer else {"featurizer"})
         self.history += train_ranking(self, groups, space=space, epochs=t.epochs if epochs is None else epochs,
@@ -250,8 +249,6 @@ class CognateCostModel(RankingModel):
         The target platform's knob encoder is trained on its whole space first
         (unsupervised); it stays frozen like every encoder.
         """
-        from ..train import train_ranking
-
         t = self.config.train
         self.encoder_for(space)
         if not groups:
