@@ -46,7 +46,9 @@ from typing import Sequence
 
 import numpy as np
 
-from . import backends, executors, space, tuner
+from . import backends, executors, space
+from .backends.rpc import wants_rpc
+from .cli import add_rpc_arguments, cli_call, make_backend
 from .data import collect, load_frame
 from .matrix.corpus import load_corpus
 from .ops import OPS
@@ -99,20 +101,12 @@ def backend_options(args: argparse.Namespace) -> dict:
     """Timing options for the llvm target (other targets take none)."""
     if args.target != "llvm":
         return {}
-    # warmup 0: the backend's first (untimed) call already warms caches and pages.
-    return {"num_threads": args.threads, "warmup": 0, "repeats": args.repeats, "min_seconds": 0.002,
-            "timeout_s": args.timeout}
-
-
-def make_backend(args: argparse.Namespace) -> backends.Backend:
-    """The target's backend; with --rpc-tracker, one that runs the kernels on a remote device."""
-    from .backends.rpc import create_rpc, wants_rpc
-
-    options = backend_options(args)
+    options = {"num_threads": args.threads, "repeats": args.repeats, "min_seconds": 0.002, "timeout_s": args.timeout}
     if not wants_rpc(args.rpc_tracker, args.rpc_key):
-        return backends.create(args.target, **options)
-    options.pop("warmup", None)  # the device's time_evaluator warms up itself
-    return create_rpc(args.target, tracker=args.rpc_tracker, key=args.rpc_key, **options)
+        # warmup 0: the backend's first (untimed) call already warms caches and pages (a remote device's
+        # time_evaluator warms up itself)
+        options["warmup"] = 0
+    return options
 
 
 def make_executor(args: argparse.Namespace) -> executors.Executor:
@@ -136,7 +130,7 @@ def run(args: argparse.Namespace) -> dict:
         raise ValueError(f"--pool must be >= 0 (0: no pool), got {args.pool}")
     corpus = subset_by_rows(load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows),
                             min_rows=args.subset_min_rows, max_rows=args.subset_max_rows)
-    backend = make_backend(args)
+    backend = make_backend(args, **backend_options(args))
     platform_space = space.create(backend.platform, args.op)
     # --thread-candidates: only what tune ranks for this thread count (on 2+ threads the parallel
     # configs), so a multi-thread dataset spends no time on kernels that leave cores idle
@@ -186,14 +180,12 @@ def make_parser() -> argparse.ArgumentParser:
                         help="--executor ray: the cluster to join (default: start a local one)")
     parser.add_argument("--workers", type=int, default=None,
                         help="--executor ray without --ray-address: CPUs of the local cluster (default: all)")
-    parser.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT",
-                        help="llvm, cuda: run the kernels on a device behind this TVM RPC tracker")
-    parser.add_argument("--rpc-key", default=None, help="with --rpc-tracker: the device key")
+    add_rpc_arguments(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args, status, report = tuner.cli_call(run, make_parser(), argv)
+    args, status, report = cli_call(run, make_parser(), argv)
     if status:
         return status
     print(json.dumps(report))

@@ -32,6 +32,7 @@ from ..ops import Op, get_op
 from ..space.base import Config
 from ..space.cpu import CPUConfig, CPUSpace
 from .base import Backend, MeasureResult, VendorLibrary, check_output, measure_inputs, median_time_ms
+from .export import export_llvm_kernel
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class LLVMBackend(Backend):
 
     target = "llvm"
     platform = "cpu"
+    export_kernel = export_llvm_kernel
 
     def __init__(self, *, num_threads: int | None = None,
                  cache_dir: str | os.PathLike | None = DEFAULT_CACHE_DIR, warmup: int = 2, repeats: int = 7,

@@ -50,6 +50,7 @@ from ..ops import Op, get_op
 from ..space.base import Config
 from ..space.gpu import GPUSpace
 from .base import CHECK_ATOL, CHECK_RTOL, Backend, MeasureResult, VendorLibrary
+from .export import export_cuda_kernel
 
 logger = logging.getLogger(__name__)
 
@@ -220,6 +221,7 @@ class CUDABackend(Backend):
 
     target = "cuda"
     platform = "gpu"
+    export_kernel = export_cuda_kernel
 
     def __init__(self, *, arch: str = "sm_80", compile_only: bool = False, device_id: int = 0,
                  nvcc: str | os.PathLike | None = None, source_dir: str | os.PathLike | None = None,

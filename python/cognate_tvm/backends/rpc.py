@@ -62,6 +62,7 @@ from ..space.base import Config, Space
 from ..space.cpu import CPUConfig, CPUSpace
 from .base import Backend, MeasureResult, check_output, measure_inputs
 from .cpu import LLVMBackend
+from .export import export_llvm_kernel
 
 log = logging.getLogger(__name__)
 
@@ -329,6 +330,7 @@ class RPCLLVMBackend(RPCBackend):
 
     target = "llvm"
     platform = "cpu"
+    export_kernel = export_llvm_kernel
 
     def __init__(self, *, tracker: str, key: str, num_threads: int | None = None, mcpu: str | None = None,
                  cache_dir: str | os.PathLike | None = DEFAULT_CACHE_DIR, repeats: int = 7,

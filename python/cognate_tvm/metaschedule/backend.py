@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..backends.base import Backend, MeasureResult, measure_inputs, rotated_order
+from ..backends.export import export_llvm_kernel
 from ..ops import Op
 from ..space.base import Config
 from .runner import BuiltKernel, device_inputs
@@ -42,6 +43,7 @@ class MetaScheduleBackend(Backend):
     target = "llvm"
     platform = "cpu"
     kernels = "metaschedule"
+    export_kernel = export_llvm_kernel
 
     def __init__(self, *, num_threads: int | None = None, rounds: int = 3, repeat: int = 5,
                  min_repeat_ms: int = 20, mcpu: str | None = None):
