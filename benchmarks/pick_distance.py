@@ -33,10 +33,8 @@ from cognate_tvm.metrics import diverse_top_k_time, geomean
 from cognate_tvm.model.cognate import CognateCostModel
 from cognate_tvm.model.pretrained import PRETRAINED_DIR
 from cognate_tvm.space import create as create_space
+from cognate_tvm.transfer import SIZES, evaluation_split  # the transfer protocol's corpus and split
 from cognate_tvm.tuner import pick_top
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from transfer import SIZES, evaluation_split  # noqa: E402  (the transfer benchmark's corpus and split)
 
 log = logging.getLogger("pick_distance")
 DEFAULT_MODELS = ("{op}-spade", "{op}-cpu-2t", "{op}-cpu")
