@@ -11,7 +11,7 @@ ranked. A third XGBoost row adds `cache_fit_features`: per config, an estimate o
 the gathered dense operand the modelled machine's L2 and LLC hold at the config's dense width.
 The best fixed config of the same n matrices and random-k are printed beside them.
 No source model and no validation choice enters: this measures how much the features can
-tell, not a tuning method. docs/transfer.md has the results (run V; the cache-fit row: run X).
+tell, not a tuning method. docs/transfer.md has the results (the locality probe, and its cache-fit row).
 """
 from __future__ import annotations
 

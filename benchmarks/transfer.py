@@ -1,4 +1,4 @@
-"""CPU -> SPADE transfer at the paper's protocol (issue 10), for SpMM and SDDMM.
+"""CPU -> SPADE transfer at the paper's protocol, for SpMM and SDDMM.
 
     python benchmarks/transfer.py --size full --data-root DATA \\
         --cpu-data 'DATA/cpu_{op}' --cpu-corpus synthetic:300:2026 --out docs/results [--ablations] [--ship]
@@ -49,20 +49,20 @@ samples; validation makes every choice (test is only scored):
 ``--refit``: once validation has chosen a recipe and its epoch, each learned method is
 trained again with them on its target training matrices and the validation matrices
 together (the samples it already counts), and the best fixed config is chosen on both
-(docs/transfer.md, runs J and K: it helps TL5, and can collapse beyond with no data left
+(docs/transfer.md: it helps TL5, and can collapse beyond with no data left
 to stop it). A refit that ranks the matrices it was trained on worse than the validated
 model does is rejected, and the validated model kept (`guarded_refit`).
 
 ``--ensemble-sizes 1 2 3 5``: validation may choose, per learned method and seed, to score with the
 mean of the standardized scores of its grid's m best models (`RankEnsemble`) instead of the best one;
 a larger m must validate strictly better. With ``--refit`` each member is refit (and guarded) on its
-own. Default 1: no ensembles (docs/transfer.md, run T: it narrows the worst case, not the gap).
+own. Default 1: no ensembles (docs/transfer.md: they narrow the worst case, not the gap).
 
 ``--target-loss listwise``: every network trained on SPADE data uses ListNet's loss, which weighs each
 matrix's fastest configs (``--listwise-temperature``), instead of its source model's own (the shipped
 CPU models': slowdown). ``--audit-grid``: every grid point of TLk and NTn is also scored on the test
 matrices after validation has chosen (recorded, never used for a choice): what a perfect choice among
-the grid would reach (docs/transfer.md, run U).
+the grid would reach (docs/transfer.md).
 
 ``--ablations`` adds, at k = 5: the COGNATE network re-pre-trained like the
 WACO variants (the reference they compare with), without the mapper, with a
@@ -101,7 +101,7 @@ from cognate_tvm.data import Group, collect, groups_from_frame, load_frame, sele
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.model import ModelConfig
 from cognate_tvm.model.cognate import CognateCostModel, RankingModel
-from cognate_tvm.model.pretrained import CARD_FILE, PRETRAINED_DIR, load_pretrained, pretrained_path
+from cognate_tvm.model.pretrained import CARD_FILE, PRETRAINED_DIR, load_pretrained, model_card, pretrained_path
 from cognate_tvm.space import create as create_space
 from cognate_tvm.train import LOSSES
 from cognate_tvm.transfer import (COLUMNS, SIZES, OracleRanker, Params, evaluate_groups, finetune_draw,
@@ -109,6 +109,7 @@ from cognate_tvm.transfer import (COLUMNS, SIZES, OracleRanker, Params, evaluate
                                   refit_text, samples, shown_path, source_sizes, summarize_runs, target_data,
                                   train_no_transfer, warm_embeddings, with_eval_matrices, with_pool_matrices,
                                   write_markdown, xgboost_on_validation)
+from common import setup_logging
 
 logger = logging.getLogger("transfer")
 
@@ -330,33 +331,29 @@ def ship(op: str, candidate, result: dict, params: Params, args, test_groups: Se
     info = result["info"]
     metric_rows = "\n".join(f"| {title} | {recipe['val'][key]:.3f} | {test_row[key]:.3f} |" for key, title in COLUMNS)
     command = "python benchmarks/transfer.py " + " ".join(sys.argv[1:])
-    card = f"""# cognate-tvm SPADE cost model: {op} (COGNATE TL5)
-
-- Platform: spade (the C++ SPADE model, `backends.create("spade")`, default hardware), dense width {params.feat}.
-  Format: `CognateCostModel.save`; load with `load_pretrained("{op}", "spade")`.
-  SPADE knob encoder: {model.net.get_encoder("spade").kind}.
-- Pre-trained: the CPU model {shown_path(info['cpu_model'].get('path', info['cpu_model']['source']))}
-  (weights sha1 {info['cpu_model'].get('weights_sha1', 'n/a')}).
-- Fine-tuned on 5 SPADE matrices x {params.pool_configs} sampled configs (+ the baseline config), drawn
-  ({params.finetune_draw}) with seed {params.seeds[0]} from the pool `{params.pool_corpus}` ({params.pool_min_rows}-{params.pool_max_rows} rows):
-  {', '.join(names)}.
-- Validation: {len(info['validation_matrices'])} matrices of `{params.eval_corpus}`
-  ({params.eval_min_rows}-{params.eval_max_rows} rows) x {params.val_configs} sampled configs
-  ({info['validation_samples']} samples); it chose the recipe: frozen {', '.join(recipe['freeze']) or 'nothing'},
-  head {'re-initialized' if recipe.get('head_reinitialized') else 'pre-trained'},
-  lr {recipe['lr']}, epoch {recipe['epoch_kept']} of {recipe['epochs_max']} (best validation
-  {info['select_metric'].replace('_', ' ')}){refit_text(recipe)}.
-- Target samples used: {test_row['target_samples']:.0f} (fine-tune + validation).
-- Test: {len(info['test_matrices'])} other matrices of the evaluation corpus, all 256 configs each; oracle / baseline
-  config {info['headroom']['test_oracle_over_baseline']:.3f}x, best fixed config in hindsight / oracle
-  {info['headroom']['test_best_fixed_in_hindsight_over_oracle']:.3f}.
-
-| metric (top-k: k = {params.top_k}) | validation | test |
-|---|---|---|
-{metric_rows}
-
-Rebuild: `{command}` (docs/transfer.md).
-"""
+    facts = [
+        f"Platform: spade (the C++ SPADE model, `backends.create(\"spade\")`, default hardware), dense width "
+        f"{params.feat}.\n  Format: `CognateCostModel.save`; load with `load_pretrained(\"{op}\", \"spade\")`.\n"
+        f"  SPADE knob encoder: {model.net.get_encoder('spade').kind}.",
+        f"Pre-trained: the CPU model {shown_path(info['cpu_model'].get('path', info['cpu_model']['source']))}\n"
+        f"  (weights sha1 {info['cpu_model'].get('weights_sha1', 'n/a')}).",
+        f"Fine-tuned on 5 SPADE matrices x {params.pool_configs} sampled configs (+ the baseline config), drawn\n"
+        f"  ({params.finetune_draw}) with seed {params.seeds[0]} from the pool `{params.pool_corpus}` "
+        f"({params.pool_min_rows}-{params.pool_max_rows} rows):\n  {', '.join(names)}.",
+        f"Validation: {len(info['validation_matrices'])} matrices of `{params.eval_corpus}`\n"
+        f"  ({params.eval_min_rows}-{params.eval_max_rows} rows) x {params.val_configs} sampled configs\n"
+        f"  ({info['validation_samples']} samples); it chose the recipe: frozen "
+        f"{', '.join(recipe['freeze']) or 'nothing'},\n"
+        f"  head {'re-initialized' if recipe.get('head_reinitialized') else 'pre-trained'},\n"
+        f"  lr {recipe['lr']}, epoch {recipe['epoch_kept']} of {recipe['epochs_max']} (best validation\n"
+        f"  {info['select_metric'].replace('_', ' ')}){refit_text(recipe)}.",
+        f"Target samples used: {test_row['target_samples']:.0f} (fine-tune + validation).",
+        f"Test: {len(info['test_matrices'])} other matrices of the evaluation corpus, all 256 configs each; oracle / "
+        f"baseline\n  config {info['headroom']['test_oracle_over_baseline']:.3f}x, best fixed config in hindsight / "
+        f"oracle\n  {info['headroom']['test_best_fixed_in_hindsight_over_oracle']:.3f}."]
+    table = f"| metric (top-k: k = {params.top_k}) | validation | test |\n|---|---|---|\n{metric_rows}"
+    card = model_card(title=f"cognate-tvm SPADE cost model: {op} (COGNATE TL5)", facts=facts, table=table,
+                      command=command, rebuild_note=" (docs/transfer.md).")
     (path / CARD_FILE).write_text(card)
     # the shipped files must give back the same scores
     reloaded = load_pretrained(op, "spade", root=root)
@@ -518,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     params, args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     torch.set_num_threads(params.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/transfer.py " + " ".join(sys.argv[1:] if argv is None else argv)

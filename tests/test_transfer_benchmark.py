@@ -396,7 +396,7 @@ def test_groups_hold_the_pattern_without_values(monkeypatch):
 def test_validation_chooses_an_ensemble_only_where_it_validates_better(monkeypatch):
     """Two rankers that each see half of the cost (times = x + y; one scores x, the other y) rank validation
     worse than their mean does: with --ensemble-sizes 1 2 validation takes the mean of both, each member
-    refit; with the default (1,) it takes the best single ranker, as before ensembles existed."""
+    refit; with the default (1,) it takes the best single ranker."""
     import scipy.sparse as sp
 
     from cognate_tvm.data import Group

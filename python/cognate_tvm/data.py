@@ -319,7 +319,7 @@ def pick_diverse(embeddings: Mapping[str, np.ndarray], count: int, *, seed: int 
 
     A user picks which target matrices to spend simulations on before simulating any; the
     matrix embedding is free. A uniform draw of 5 misses a family 1 time in 2 when a family is
-    an eighth of the pool (run L's seed 2: no R-MAT graph, and no R-MAT pick right). `prefer`
+    an eighth of the pool (a draw without an R-MAT graph then picks no R-MAT matrix right). `prefer`
     lets each cluster send its largest matrix, where the configuration choice matters most.
     """
     from scipy.cluster.vq import kmeans2

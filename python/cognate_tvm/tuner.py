@@ -10,7 +10,7 @@ an op and platform), and tuning itself:
 >>> tuned = tuner.tune("spmm", A, backend=backend, feat=128)               # doctest: +SKIP
 >>> tuned.chosen.config, tuned.confirmed                                   # doctest: +SKIP
 
-`tune` (DESIGN.md, "Tuning"): the shipped model of the op and the backend's
+`tune`: the shipped model of the op and the backend's
 platform ranks the space's candidates for the backend's kernel threads
 (`Space.candidates`: all configs but on the CPU, where parallel or serial ones
 follow the thread count); a platform without a shipped model uses the CPU
@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 EXAMPLE_MATRIX = Path(__file__).resolve().parent / "sample_matrices" / "example_powerlaw.mtx"
 BATCH = 8                # configs per backend call: small enough for a live progress bar
-DEFAULT_TOP_K = 5        # configs measured from the model's ranking (DESIGN.md: top-5)
+DEFAULT_TOP_K = 5        # configs measured from the model's ranking (the protocol's top-5, docs/transfer.md)
 DEFAULT_BUDGET = 0       # target measurements to fine-tune on before ranking
 # Of the top-k, how many are the model's best fixed configs (the ones that did best over its
 # training matrices, `RankingModel.fixed_configs`) rather than its picks for this matrix: one

@@ -72,13 +72,13 @@ def finetune_draw(pool: Sequence[Group], k: int, seed: int, draw: str, embed=Non
                   include: Sequence[str] = ()) -> list[Group]:
     """The k fine-tune matrices of a seed: the first k of the seeded permutation that also orders NTn's
     matrices ("random"), one seeded draw from each of k nnz strata of the pool ("stratified"), so that
-    no seed fine-tunes on small matrices only (run E's seed 2 drew five of <= 11.6k rows and lost its
+    no seed fine-tunes on small matrices only (a random draw of five of <= 11.6k rows lost its
     picks on the large test matrices), or the k matrices that cover the source model's matrix
     embeddings (`embed`: matrix -> vector), one per seeded k-means cluster: the one nearest its centre
     ("diverse") or the one with the most nonzeros ("diverse-largest": where the choice matters most).
 
     `include`: pool matrices (names) that every draw holds: they come first, and the draw picks the
-    other k - len(include) from the rest of the pool (a user who must cover a matrix, or run N's probe
+    other k - len(include) from the rest of the pool (a user who must cover a matrix, or a probe
     of whether one fine-tune matrix of a regime teaches it)."""
     by_name = {g.name: g for g in pool}
     if include:

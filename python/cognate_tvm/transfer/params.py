@@ -37,14 +37,14 @@ class Params:
     select_metric: str = "pair_accuracy"
     # after validation has chosen a recipe and its epoch, train that recipe again on the fine-tune and
     # validation matrices together: every learned method already counts the validation samples as target
-    # samples, and with 5 fine-tune matrices the matrices seen decide more than the recipe (run H)
+    # samples, and with 5 fine-tune matrices the matrices seen decide more than the recipe (docs/transfer.md)
     refit: bool = False
     # the target platform's knob encoder (ModelConfig.knob_encoder): "latent" (COGNATE's autoencoder) or
     # "pad" (the raw knobs, zero-padded: WACO+FM's). The CPU model keeps its own; NTn and the ablations'
-    # re-pre-trained reference use this one too (run O, docs/transfer.md)
+    # re-pre-trained reference use this one too (docs/transfer.md)
     target_knob_encoder: str = "latent"
-    # the recipe grids of run G (docs/transfer.md): run E's (60 epochs, lrs 1e-4..2e-3; NT 40 epochs,
-    # 1e-3/3e-3) had validation choose the largest lr and last epochs in nearly every fit
+    # the recipe grids (docs/transfer.md): smaller ones (60 epochs, lrs 1e-4..2e-3; NT 40 epochs,
+    # 1e-3/3e-3) had validation choose the largest lr and the last epochs in nearly every fit
     finetune_epochs: int = 150
     lrs: tuple[float, ...] = (5e-4, 2e-3, 5e-3)
     freezes: tuple[tuple[str, ...], ...] = (("featurizer",), ("featurizer", "config"))
@@ -56,7 +56,7 @@ class Params:
     ensemble_sizes: tuple[int, ...] = (1,)
     # the loss of every network trained on target data (TLk, NTn, WACO+FA/FM, the ablations): None keeps the
     # CPU model's own (the shipped ones: "slowdown"); or "pairwise", "slowdown", "listwise" (ListNet: weight
-    # on each matrix's fastest configs, run U)
+    # on each matrix's fastest configs)
     target_loss: str | None = None
     listwise_temperature: float = 0.1  # TrainConfig.listwise_temperature of the "listwise" loss
     nt_epochs: int = 100

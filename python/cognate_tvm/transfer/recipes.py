@@ -98,7 +98,7 @@ def chosen_on_validation(tried: list[tuple[RankingModel, dict]], refit, val: Seq
 
     `tried`: (model, recipe) in grid order, each recipe with its validation metrics under "val". The sizes m
     are `params.ensemble_sizes`; a larger ensemble must validate strictly better than every smaller one (so
-    with sizes (1,), the default, this is the grid's first best model, as before ensembles existed). Each
+    with sizes (1,), the default, this is the grid's first best model, no ensemble). Each
     member then goes through `refit` ((model, recipe) -> (model, recipe)). The returned recipe is the best
     member's, with the choice's validation metrics, the ensemble size and, for m > 1, every member's recipe.
 
@@ -132,7 +132,7 @@ def audit_metrics(model: RankingModel, groups: Sequence[Group], spade, params: P
 def guarded_refit(validated, refit, seen: Sequence[Group], spade, params: Params) -> tuple:
     """The refit model, unless it fits the matrices it was trained on worse than the validated model does
     (by `select_metric`): then the validated model. With no data left to stop it, a refit can collapse
-    (run K: SpMM TL20 seed 0 fell to 0.637 of the oracle); a training set it no longer ranks is the sign."""
+    (an SpMM TL20 refit fell to 0.637 of the oracle); a training set it no longer ranks is the sign."""
     key = SUMMARY_KEY[params.select_metric]
     before = val_score(validated, seen, spade, params.top_k)[key]
     after = val_score(refit, seen, spade, params.top_k)[key]
