@@ -20,11 +20,11 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from ..backends.base import Backend, MeasureResult, measure_inputs, rotated_order
+from ..backends.base import Backend, MeasureResult, measure_inputs
 from ..backends.export import export_llvm_kernel
 from ..ops import Op
 from ..space.base import Config
-from .runner import BuiltKernel, device_inputs
+from .runner import BuiltKernel, device_inputs, time_side_by_side
 from .space import schedule_config
 
 
@@ -99,15 +99,19 @@ class MetaScheduleBackend(Backend):
         return results
 
     def _time_side_by_side(self, kernels: dict, results: list, configs: Sequence[Config]) -> dict[int, list]:
-        """{config index: its time in each round}; a kernel that fails to run gets its error in `results`."""
+        """{config index: its time in each round}; a kernel that fails to run gets its error in `results`
+        and is not run again."""
         order = list(kernels)
-        samples: dict[int, list] = {n: [] for n in order}
-        for r in range(self.rounds):
-            for n in (order[i] for i in rotated_order(len(order), r)):
-                if results[n] is not None:
-                    continue
-                try:
-                    samples[n].append(kernels[n].time_ms(repeat=self.repeat, min_repeat_ms=self.min_repeat_ms))
-                except Exception as exc:
-                    results[n] = MeasureResult(configs[n], None, error=f"run failed: {type(exc).__name__}: {exc}")
-        return {n: t for n, t in samples.items() if results[n] is None}
+
+        def timer(i: int) -> float | None:
+            n = order[i]
+            if results[n] is not None:
+                return None
+            try:
+                return kernels[n].time_ms(repeat=self.repeat, min_repeat_ms=self.min_repeat_ms)
+            except Exception as exc:
+                results[n] = MeasureResult(configs[n], None, error=f"run failed: {type(exc).__name__}: {exc}")
+                return None
+
+        samples = time_side_by_side([kernels[n] for n in order], self.rounds, timer=timer)
+        return {n: t for n, t in zip(order, samples) if results[n] is None}

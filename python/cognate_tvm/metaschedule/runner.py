@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -118,13 +118,15 @@ class BuiltKernel:
         return float(np.median(np.asarray(timer(*self.args, out).results)) * 1e3)
 
 
-def time_side_by_side(kernels: Sequence[BuiltKernel], rounds: int) -> list[list[float]]:
+def time_side_by_side(kernels: Sequence[BuiltKernel], rounds: int, *,
+                      timer: Callable[[int], float | None] | None = None) -> list[list]:
     """Each kernel's time in ms in each of `rounds` rounds that time them all, the order rotated every
-    round (`rotated_order`)."""
-    samples: list[list[float]] = [[] for _ in kernels]
+    round (`rotated_order`). `timer(n)` times kernel n (default: its `time_ms()`)."""
+    timer = timer or (lambda n: kernels[n].time_ms())
+    samples: list[list] = [[] for _ in kernels]
     for r in range(rounds):
         for n in rotated_order(len(kernels), r):
-            samples[n].append(kernels[n].time_ms())
+            samples[n].append(timer(n))
     return samples
 
 
