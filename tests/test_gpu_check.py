@@ -88,10 +88,14 @@ def _careful(oracle, baseline, top1, top5, cusparse, picks=True):
 
 
 def test_summary_and_table(gc, tmp_path):
-    rows = [{"ops": {"spmm": {"careful": _careful(1.0, 2.0, 1.25, 1.0, 2.0, picks=False)},
+    rows = [{"name": "a", "family": "rmat", "nnz": 2_000_000,
+             "ops": {"spmm": {"careful": _careful(1.0, 2.0, 1.25, 1.0, 2.0, picks=False)},
                      "sddmm": {"careful": _careful(1.0, 1.0, 1.0, 1.0, 4.0, picks=False)}}},
-            {"ops": {"spmm": {"careful": _careful(2.0, 2.0, 4.0, 2.5, 8.0)},
+            {"name": "b", "family": "banded", "nnz": 3_000_000,
+             "ops": {"spmm": {"careful": _careful(2.0, 2.0, 4.0, 2.5, 8.0)},
                      "sddmm": {"careful": _careful(1.0, 3.0, 2.0, 1.0, None)}}}]
+    rows[1]["ops"]["spmm"]["careful"].update(tune_ms=2.5, tune={"model": "spmm-gpu", "notes": []},
+                                             oracle_of_floor=0.5)
     report = gc.Report(tmp_path / "r.json", quick=True, arch="sm_90", feat=128,
                        environment={"tvm_device_name": "NVIDIA H200", "compile_mode": "nvcc"},
                        correctness={"spmm": {"correct": 528, "checked": 2112}})
@@ -105,11 +109,18 @@ def test_summary_and_table(gc, tmp_path):
     assert math.isclose(spmm["top1_of_oracle"], 0.5) and math.isclose(spmm["top5_of_oracle"], 0.8)
     assert math.isclose(sddmm["best_over_cusparse"], 4.0)  # a matrix without a cuSPARSE time drops out
     assert sddmm["model"].startswith("transfer failed") and spmm["correct"] == 528
+    assert spmm["rmat_matrices"] == 1 and math.isclose(spmm["rmat_best_over_cusparse"], 2.0)
+    assert spmm["regular_1m_matrices"] == 1 and math.isclose(spmm["regular_1m_best_over_cusparse"], 4.0)
+    assert spmm["tune_matrices"] == 1 and math.isclose(spmm["tune_of_oracle"], 0.8)
+    assert math.isclose(spmm["nnz_1m_best_of_floor"], 0.5) and spmm["tune_model"] == "spmm-gpu"
+    assert sddmm["tune_matrices"] == 0 and math.isnan(sddmm["tune_of_oracle"])
     report["summary"], report["total_s"] = summary, 123.0
     table = gc.markdown(report.data)
     assert "NVIDIA H200" in table and "| best in space / cuSPARSE (geomean speedup) | 2.83x | 4.00x |" in table
     assert "| configs correct / checked" in table and "528 / 2112" in table
     assert "| model top-5, fraction of oracle | 0.800 | 1.000 |" in table
+    assert "| ... on the R-MAT power-law graphs | 2.00x | 4.00x |" in table
+    assert "| tune's choice, fraction of the best in space | 0.800 | n/a |" in table
     report.save()
     assert json.loads((tmp_path / "r.json").read_text())["summary"]["spmm"]["matrices"] == 2
 
@@ -127,8 +138,16 @@ def test_check_matrices_cover_the_edge_cases(gc):
 class FakeBackend:
     """Stands in for the CUDA backend: made-up times, every output right; records what it was asked."""
 
+    target, platform, deterministic = "cuda", "gpu", False
+
     def __init__(self):
         self.measured: list[tuple[str, int, bool]] = []
+
+    def kernel_threads(self):
+        return None
+
+    def metadata(self):
+        return {"target": self.target, "platform": self.platform, "timing": "fake"}
 
     def prepare(self, ops):
         return {}
@@ -138,7 +157,9 @@ class FakeBackend:
 
     def measure(self, op, matrix, configs, feat, *, check=False, seed=0):
         from cognate_tvm.backends.base import MeasureResult
+        from cognate_tvm.ops import get_op
 
+        op = get_op(op).name
         self.measured.append((op, len(configs), check))
         return [MeasureResult(c, 1.0 + 0.1 * c.parts + 0.2 / c.vec + matrix.nnz * 1e-6,
                               correct=True if check else None, extra={}) for c in configs]
@@ -172,9 +193,10 @@ def test_whole_gpu_flow_on_a_fake_backend(gc, monkeypatch, tmp_path):
     small = ModelConfig().replace(**{"latent.epochs": 5, "featurizer.max_points": 4096, "train.train_featurizer": False})
     monkeypatch.setattr(gc, "transfer", functools.partial(gc.transfer, epochs=1, config=small))
     args = gc.main.__globals__["argparse"].Namespace(
-        out=tmp_path, arch="sm_90", quick=True, feat=16, matrices=7, min_matrices=7, min_rows=200, max_rows=400,
+        out=tmp_path, arch="sm_90", quick=True, feat=16, matrices=7, new_matrices=None, min_rows=200, max_rows=400,
         finetune=5, finetune_configs=10, fit_epochs=1, top=3, number=2, repeat=2, min_sample_ms=0.0,
-        budget_s=600.0, reserve_s=60.0, seed=0)
+        budget_s=600.0, reserve_s=60.0, seed=0, tune=True, dataset=tmp_path / "ds",
+        dataset_archive=tmp_path / "ds.tar.gz")
     report = gc.Report(tmp_path / "gpu_check.json", mode="gpu", quick=True, arch="sm_90", feat=16,
                        environment={"tvm_device_name": "fake", "compile_mode": "nvcc"})
     assert gc.run(args, report) == 0
@@ -187,7 +209,91 @@ def test_whole_gpu_flow_on_a_fake_backend(gc, monkeypatch, tmp_path):
     summary = data["summary"]["spmm"]
     assert summary["matrices"] == 7 and summary["transfer_test_matrices"] == 2 and summary["best_over_cusparse"] > 1
     assert 0 < summary["top5_of_oracle"] <= 1 and summary["careful_wrong"] == 0
-    # every careful measurement was checked; the sweep was not
-    assert all(check for op, n, check in fake.measured if n <= 3 + 1 + 5) and any(not c for _, _, c in fake.measured)
+    # every side-by-side measurement was checked; the sweep (chunks of every config) was not
+    checked = {(op, n) for op, n, check in fake.measured if check}
+    assert all((op, m[op]["timed"]) in checked for m in data["matrices"] for op in gc.OPS)
+    assert not any(check for op, n, check in fake.measured if n == gc.SWEEP_CHUNK)
+    # tune ran as a user runs it (baseline + top-5), on every matrix, with the model it says it used
+    for m in data["matrices"]:
+        for op in gc.OPS:
+            assert m[op]["tune"]["measurements"] == 6 and m[op]["tune_ms"] is not None, m[op]["tune"]
+            assert m[op]["hbm_floor_ms"] > 0 and m[op]["oracle_of_floor"] > 0
+    assert summary["tune_matrices"] == 7 and 0 < summary["tune_of_oracle"] <= 1
+    assert summary["tune_model"] and data["models"]["spmm"]["source"] == summary["tune_model"]
     table = (tmp_path / "gpu_check.md").read_text()
-    assert "model top-5 / cuSPARSE" in table and "NO CPU MODEL SHIPS" in table
+    assert "model top-5 / cuSPARSE" in table and "NO CPU MODEL SHIPS" in table and "tune's choice" in table
+    # the sweep is a dataset in the CPU datasets' format, every config of both ops, and its archive
+    from cognate_tvm.data import COLUMNS, load_frame
+
+    frame = load_frame(tmp_path / "ds")
+    assert tuple(frame.columns) == COLUMNS and frame["matrix"].nunique() == 7
+    assert len(frame) == 7 * sum(len(create("gpu", op).configs()) for op in gc.OPS)
+    assert set(frame["platform"]) == {"gpu"} and frame["time_ms"].notna().all()
+    backend = json.loads(frame["backend"].iloc[0])
+    assert backend["timing"] == "fake" and backend["tvm_device_name"] == "fake"
+    assert backend["matrix_recipe"]["generator"] == "cognate_tvm.matrix.generate"
+    import tarfile
+
+    with tarfile.open(tmp_path / "ds.tar.gz") as tar:
+        assert len([n for n in tar.getnames() if n.endswith(".parquet")]) == 7 * 2
+
+
+class ClockedBackend(FakeBackend):
+    """FakeBackend whose configs cost time on a fake clock: as `Sweep` predicts it, times `slow` on
+    matrices of at least `slow_rows` rows."""
+
+    def __init__(self, clock, per_config, slow_rows, slow):
+        super().__init__()
+        self.clock, self.per_config, self.slow_rows, self.slow = clock, per_config, slow_rows, slow
+
+    def measure(self, op, matrix, configs, feat, *, check=False, seed=0):
+        slow = self.slow if matrix.shape[0] >= self.slow_rows else 1.0
+        self.clock[0] += self.per_config * len(configs) * (matrix.nnz + 200_000) * slow
+        return super().measure(op, matrix, configs, feat, check=check, seed=seed)
+
+
+def test_sweep_skips_what_does_not_fit_and_keeps_a_matrix_cut_short(gc, monkeypatch, tmp_path):
+    clock = [0.0]
+    monkeypatch.setattr(gc.time, "perf_counter", lambda: clock[0])
+    corpus = gc.new_matrices("banded:300:1,rmat:60000:2,road:400:3,uniform:300:4")
+    first, big = corpus[0].build(), corpus[1].build()
+    assert gc.COST_OFFSET_NNZ == 200_000 and big.nnz > 10 * first.nnz
+    total = sum(len(create("gpu", op).configs()) for op in gc.OPS)
+    first_cost = 1e-9 * total * (first.nnz + 200_000)
+    # the road matrix (400 rows) costs 3x what the first one's rate predicts for it
+    backend = ClockedBackend(clock, 1e-9, slow_rows=400, slow=3.0)
+    sweeper = gc.Sweep(backend, feat=8, seed=0, deadline=2.6 * first_cost, dataset=tmp_path / "ds",
+                       archive=tmp_path / "ds.tar.gz", metadata={"device": "fake"})
+    rows, truncated = sweeper.run(corpus)
+    assert truncated and [r["name"] for r in rows] == ["banded_300_1", "road_400_3"]
+    # predicted not to fit: skipped, and the next (smaller) matrix was tried; out of time: skipped
+    assert [s["name"] for s in sweeper.skipped] == ["rmat_60000_2", "uniform_300_4"]
+    assert sweeper.skipped[0]["nnz"] == big.nnz and sweeper.skipped[0]["predicted_s"] > sweeper.skipped[0]["left_s"]
+    # the deadline fell inside the road matrix: what was timed is kept (and saved), the rest is NaN
+    road = rows[1]
+    swept = [road["ops"][op]["swept"] for op in gc.OPS]
+    assert 0 < sum(swept) < total and all(n % gc.SWEEP_CHUNK == 0 or n == len(create("gpu", op).configs())
+                                          for n, op in zip(swept, gc.OPS))
+    assert np.isnan(road["ops"]["sddmm"]["times_ms"][swept[1]:]).all()
+    from cognate_tvm.data import load_frame
+
+    frame = load_frame(tmp_path / "ds")
+    assert len(frame[frame["matrix"] == "road_400_3"]) == sum(swept)
+    assert len(frame[frame["matrix"] == "banded_300_1"]) == total
+    recipe = json.loads(frame[frame["matrix"] == "road_400_3"]["backend"].iloc[0])["matrix_recipe"]
+    assert recipe == {"generator": "cognate_tvm.matrix.generate", "family": "road", "rows": 400, "seed": 3,
+                      "permute": False}
+
+
+def test_new_matrices_and_hbm_floor(gc):
+    entries = gc.new_matrices("rmat:131072:101, stencil2d:262144:102:perm")
+    assert [e.name for e in entries] == ["rmat_131072_101", "stencil2d_262144_102_perm"]
+    assert entries[1].permuted and entries[0].seed == 101
+    with pytest.raises(ValueError, match="family:rows:seed"):
+        gc.new_matrices("rmat:100")
+    import scipy.sparse as sp
+
+    m = sp.random_array((1000, 500), density=0.01, format="csr", rng=0)
+    spmm = gc.hbm_floor_ms("spmm", m, 64, bandwidth=1e9)
+    assert math.isclose(spmm, 1e3 * (4 * 1001 + 8 * m.nnz + 4 * 64 * 1500) / 1e9)
+    assert math.isclose(gc.hbm_floor_ms("sddmm", m, 64, bandwidth=1e9) - spmm, 1e3 * 4 * m.nnz / 1e9)
