@@ -190,7 +190,7 @@ def correctness(timer, report: Report, seed: int) -> None:
 
 HBM_BYTES_PER_S = 4.8e12  # the H200's HBM3e peak; the floor below moves A, B and C once at it
 COST_OFFSET_NNZ = 200_000  # a config's fixed cost (launch, Python), in nonzeros' worth of work
-SWEEP_CHUNK = 128          # configs timed between two looks at the clock
+SWEEP_CHUNK = 256          # configs timed between two looks at the clock (each call prepares the formats anew)
 
 
 def hbm_floor_ms(op: str, matrix: sp.csr_matrix, feat: int, bandwidth: float = HBM_BYTES_PER_S) -> float:
@@ -602,11 +602,21 @@ def tune_and_time(args, timer, rows: list, transfers: dict, report: Report, dead
         careful_row(timer, vendor, row, picks, args.seed, args.top)
         done.append(row)
         per_row = max(per_row or 0.0, time.perf_counter() - t0)
-        report["matrices"] = matrix_entries(done)
-        report.save()
-    report["models"] = {op: {"source": m[1], "notes": m[2]} for op, m in models.items()}
+        report["models"] = {op: {"source": m[1], "notes": m[2]} for op, m in models.items()}
+        finish(args, report, done, transfers)  # a run killed later still leaves the table so far
     kernels_per_cusparse_call(vendor, done, args.seed)
     return done
+
+
+def finish(args, report: Report, done: list, transfers: dict) -> str:
+    """Write the JSON's matrices and summary and the markdown table for the matrices `done`."""
+    report["matrices"] = matrix_entries(done)
+    report["summary"] = summarize(done, transfers, report)
+    report["total_s"] = time.perf_counter() - args.started
+    report.save()
+    md = markdown(report.data)
+    (args.out / "gpu_check.md").write_text(md)
+    return md
 
 
 def matrix_entries(rows: list) -> list:
@@ -617,7 +627,7 @@ def matrix_entries(rows: list) -> list:
 def run(args, report: Report) -> int:
     from cognate_tvm import backends
 
-    started = time.perf_counter()
+    started = args.started = time.perf_counter()
     deadline = started + args.budget_s
     timer = backends.create("cuda", arch=args.arch, number=args.number, repeat=args.repeat,
                             min_repeat_ms=args.min_sample_ms)
@@ -642,13 +652,7 @@ def run(args, report: Report) -> int:
     report.save()
 
     done = tune_and_time(args, timer, rows, transfers, report, deadline)
-    report["matrices"] = matrix_entries(done)
-    report["summary"] = summarize(done, transfers, report)
-    report["total_s"] = time.perf_counter() - started
-    report.save()
-    md = markdown(report.data)
-    (args.out / "gpu_check.md").write_text(md)
-    print(md)
+    print(finish(args, report, done, transfers))
     return 0
 
 
