@@ -23,7 +23,9 @@
 #
 # Environment: COGNATE_GPU_PYTHON (default /opt/torch/.venv/bin/python, else python3),
 # COGNATE_GPU_STAGE, COGNATE_GPU_BUDGET_S, COGNATE_GPU_ARCH (default: the GPU's, from nvidia-smi;
-# sm_90 where it cannot be read), COGNATE_GPU_MATRICES (the matrices `all` sweeps, in order).
+# sm_90 where it cannot be read), COGNATE_GPU_MATRICES (the matrices `all` sweeps, in order),
+# COGNATE_GPU_BUNDLE (default .gpu_bundle/cpXY), COGNATE_GPU_DRY_RUN=1 (`all` logs each step's
+# command and time limit instead of running it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -33,7 +35,7 @@ MODE=${1:-run}
 PY=${COGNATE_GPU_PYTHON:-/opt/torch/.venv/bin/python}
 [ -x "$PY" ] || PY=$(command -v python3)
 TAG=$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
-BUNDLE=$ROOT/.gpu_bundle/$TAG
+BUNDLE=${COGNATE_GPU_BUNDLE:-$ROOT/.gpu_bundle/$TAG}
 STAGE=${COGNATE_GPU_STAGE:-/tmp/cognate-gpu-stage/$TAG}
 PARTS=$STAGE/parts
 SITE=$STAGE/site
@@ -151,9 +153,13 @@ step() {
   local shown="$*"
   [ "$1" = "${PYRUN[0]}" ] && [ "$2" = -c ] && shown="python ${*:5}"  # not the wrapper's code
   log "$name: up to ${limit} s: $shown"
-  timeout -k 10 "$limit" "$@"
-  rc=$?
-  [ $rc -eq 124 ] && log "$name: stopped at its ${limit} s limit (what it wrote so far stays)"
+  if [ -n "${COGNATE_GPU_DRY_RUN:-}" ]; then
+    rc=dry-run  # the budget arithmetic and the commands, without running them
+  else
+    timeout -k 10 "$limit" "$@"
+    rc=$?
+  fi
+  [ "$rc" = 124 ] && log "$name: stopped at its ${limit} s limit (what it wrote so far stays)"
   log "$name: exit status $rc after $((SECONDS - t0)) s"
   printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" "$limit" >>"$RESULTS/gpu_run_steps.tsv"
   return 0
