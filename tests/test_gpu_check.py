@@ -297,3 +297,22 @@ def test_new_matrices_and_hbm_floor(gc):
     spmm = gc.hbm_floor_ms("spmm", m, 64, bandwidth=1e9)
     assert math.isclose(spmm, 1e3 * (4 * 1001 + 8 * m.nnz + 4 * 64 * 1500) / 1e9)
     assert math.isclose(gc.hbm_floor_ms("sddmm", m, 64, bandwidth=1e9) - spmm, 1e3 * 4 * m.nnz / 1e9)
+
+
+def test_the_backend_keeps_one_matrix_operands_across_chunked_calls():
+    """The sweep measures a matrix's configs in chunks: the CUDA backend reuses the operands it put on the
+    device (formats, dense inputs, the reference output) while the matrix, op, width and seed stay."""
+    from cognate_tvm.backends.cuda import CUDABackend
+    from cognate_tvm.ops import get_op
+
+    backend = CUDABackend(arch="sm_90")
+    a, b = generate("rmat", 300, 0), generate("rmat", 300, 0)
+    spmm, sddmm = get_op("spmm"), get_op("sddmm")
+    first = backend._context(spmm, a, 16, 0, dev=None)
+    assert backend._context(spmm, a, 16, 0, dev=None) is first
+    assert first.dense_host[0].shape == (a.shape[1], 16)
+    for other in [(spmm, b, 16, 0), (spmm, a, 32, 0), (spmm, a, 16, 1), (sddmm, a, 16, 0)]:
+        assert backend._context(*other, dev=None) is not first  # an equal matrix that is another object too
+    import pickle
+
+    assert pickle.loads(pickle.dumps(backend))._last is None
