@@ -5,8 +5,9 @@ nothing can be fetched there: what it lacks travels as ignored files inside
 the repository's working tree, at most 64 MiB per device call (tree included).
 The apache-tvm wheel alone is 100 MB, so the payload is trimmed, compressed
 with xz (x86 branch filter + LZMA2) and, when it is still too large for one
-call, split into parts that go over several calls to a warm machine (ignored
-files in the tree stay there between calls). docs/gpu.md says how to run it.
+call, cut into parts that go over several calls to a warm machine, where
+`scripts/gpu_run.sh` copies each call's parts outside the repository (files a
+call carries are gone at the next one). docs/gpu.md says how to run it.
 
 Groups (each one .tar.xz, split into parts when needed):
 
@@ -25,9 +26,16 @@ Groups (each one .tar.xz, split into parts when needed):
 
 Output (``--out``, default ``.gpu_bundle/cp312``): ``manifest.json`` (files,
 sizes, sha256, what was dropped) and ``call1/``, ``call2/``, ...: the files to
-carry in each device call, each call within ``--call-mib`` minus the tree.
+carry in each device call. The archives, laid end to end, are dealt over the
+fewest calls that each fit in ``--call-mib`` beside the working tree (its
+tracked and untracked-not-ignored files, measured here, or ``--tree-mib``),
+as evenly as possible; more than ``--max-calls`` (default 2) fails, naming the
+tree's heaviest folders. ``check`` (run in the checkout the device calls will
+send) says whether each call still fits beside that tree and prints what to
+carry.
 
-    nice -n 19 python scripts/gpu_bundle.py --python 3.12
+    nice -n 19 python scripts/gpu_bundle.py build --python 3.12 [--tree-mib 20]
+    python scripts/gpu_bundle.py check [--bundle .gpu_bundle/cp312]
 """
 from __future__ import annotations
 

@@ -5,7 +5,6 @@ Runs on a tiny fake wheel in seconds; the real 100 MB bundle is built by
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,16 +14,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def gb():
-    spec = importlib.util.spec_from_file_location("gpu_bundle", REPO / "scripts" / "gpu_bundle.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_bundle"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("gpu_bundle", None)
 
 
 FAKE_FILES = {

@@ -6,7 +6,6 @@ carry one part of a (tiny, fake) payload, on this machine's Python.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -15,21 +14,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "gpu_run.sh"
-TAG = "cp%d%d" % sys.version_info[:2]
-
-
-@pytest.fixture(scope="module")
-def gb():
-    spec = importlib.util.spec_from_file_location("gpu_bundle", REPO / "scripts" / "gpu_bundle.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_bundle"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("gpu_bundle", None)
 
 
 def fake_payload(gb, root: Path) -> Path:
