@@ -190,7 +190,7 @@ def correctness(timer, report: Report, seed: int) -> None:
 
 HBM_BYTES_PER_S = 4.8e12  # the H200's HBM3e peak; the floor below moves A, B and C once at it
 COST_OFFSET_NNZ = 200_000  # a config's fixed cost (launch, Python), in nonzeros' worth of work
-SWEEP_CHUNK = 256          # configs timed between two looks at the clock (each call prepares the formats anew)
+SWEEP_CHUNK = 256          # configs timed between two looks at the clock
 
 
 def hbm_floor_ms(op: str, matrix: sp.csr_matrix, feat: int, bandwidth: float = HBM_BYTES_PER_S) -> float:
@@ -221,8 +221,8 @@ def new_matrices(spec: str) -> list:
 class Sweep:
     """Phase 3: every config of both ops, briefly timed, matrix after matrix, inside a deadline.
 
-    A matrix whose predicted sweep time (the slowest rate seen so far per config and nonzero)
-    does not fit in the time left is skipped, and the next, maybe smaller, one is tried; a
+    A matrix whose predicted sweep time (the mean rate seen so far per config and nonzero, plus
+    a fixed cost per config) does not fit in the time left is skipped, and the next, maybe smaller, one is tried; a
     sweep that runs out of time mid-matrix keeps the configs it timed. Each matrix's timings
     go to the dataset at `dataset` (`cognate_tvm.data`, the CPU datasets' format) as soon as
     they are measured, and `archive` (a .tar.gz of the dataset) is rewritten after each matrix.
@@ -233,11 +233,11 @@ class Sweep:
         self.quick = timer.with_timing(number=2, repeat=1, min_repeat_ms=0)
         self.feat, self.seed, self.deadline = feat, seed, deadline
         self.dataset, self.archive, self.metadata = dataset, archive, dict(metadata or {})
-        self.rate: float | None = None  # seconds per (config x (nnz + COST_OFFSET_NNZ)), the slowest seen
+        self.rates: list[float] = []  # seconds per (config x (nnz + COST_OFFSET_NNZ)) of each matrix swept
         self.skipped: list[dict] = []
 
     def predicted_s(self, matrix, configs: int) -> float | None:
-        return None if self.rate is None else self.rate * configs * (matrix.nnz + COST_OFFSET_NNZ)
+        return float(np.mean(self.rates)) * configs * (matrix.nnz + COST_OFFSET_NNZ) if self.rates else None
 
     def run(self, corpus) -> tuple[list, bool]:
         """(rows, truncated): one row per matrix swept (whole or in part)."""
@@ -265,7 +265,7 @@ class Sweep:
             elapsed = time.perf_counter() - t0
             swept = sum(row["ops"][op]["swept"] for op in OPS)
             truncated |= swept < total
-            self.rate = max(self.rate or 0.0, elapsed / max(1, swept) / (matrix.nnz + COST_OFFSET_NNZ))
+            self.rates.append(elapsed / max(1, swept) / (matrix.nnz + COST_OFFSET_NNZ))
             self.pack()
             log.info("sweep %s (%d nnz): %d of %d configs in %.1f s", entry.name, matrix.nnz, swept, total, elapsed)
         return rows, truncated
