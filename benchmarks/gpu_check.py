@@ -18,8 +18,8 @@ soon as it is done, so a run cut short still leaves its results:
 3. sweep: every config of both ops, briefly timed (2 launches), on
    `--new-matrices` (in the order given) or `--matrices` generated ones, to
    find each matrix's best configs (the oracle); inside the budget (a matrix
-   predicted not to fit is skipped, a sweep cut short keeps what it timed).
-   Every timing goes to a dataset in the CPU datasets' format
+   predicted not to fit is skipped, a sweep cut short keeps what it timed:
+   `cognate_tvm.sweep`). Every timing goes to a dataset in the CPU datasets' format
    (`cognate_tvm.data`: `--dataset`, Parquet parts, JSON where pyarrow is
    missing), with the device, the timing and each matrix's generator
    arguments in the ``backend`` column; `--dataset-archive` is a .tar.gz of it,
@@ -157,6 +157,12 @@ def environment() -> dict:
             env["nvcc_version"] = out.strip().splitlines()[-1] if out.strip() else None
         except (OSError, subprocess.TimeoutExpired) as err:
             env["nvcc_version"] = f"unknown ({err})"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+        env["nvidia_smi"] = out.splitlines()[0] if out else None
+    except (OSError, subprocess.TimeoutExpired):
+        env["nvidia_smi"] = None
     import tvm
 
     env["tvm"] = tvm.__version__
@@ -189,10 +195,6 @@ def correctness(timer, report: Report, seed: int) -> None:
 
 
 HBM_BYTES_PER_S = 4.8e12  # the H200's HBM3e peak; the floor below moves A, B and C once at it
-COST_OFFSET_NNZ = 200_000  # a config's fixed cost (launch, Python), in nonzeros' worth of work
-SWEEP_CHUNK = 256          # configs timed between two looks at the clock
-
-
 def hbm_floor_ms(op: str, matrix: sp.csr_matrix, feat: int, bandwidth: float = HBM_BYTES_PER_S) -> float:
     """The time to move the op's operands once at `bandwidth`: A (int32 indptr and indices, float32
     values), the dense inputs and the output (float32)."""
@@ -201,109 +203,6 @@ def hbm_floor_ms(op: str, matrix: sp.csr_matrix, feat: int, bandwidth: float = H
     dense = 4 * feat * (rows + cols)  # SpMM: B (cols x N) and C (rows x N); SDDMM: X and Y
     out = 0 if op == "spmm" else 4 * matrix.nnz  # SDDMM's output: one value per nonzero
     return 1e3 * (sparse + dense + out) / bandwidth
-
-
-def new_matrices(spec: str) -> list:
-    """`family:rows:seed[:perm],...` -> generator recipes (`CorpusEntry`), named as `generate_corpus` names them."""
-    from cognate_tvm.matrix.generators import CorpusEntry
-
-    entries = []
-    for item in filter(None, (x.strip() for x in spec.split(","))):
-        parts = item.split(":")
-        if len(parts) not in (3, 4) or (len(parts) == 4 and parts[3] != "perm"):
-            raise ValueError(f"matrix {item!r}: expected family:rows:seed or family:rows:seed:perm")
-        family, rows, seed, permuted = parts[0], int(parts[1]), int(parts[2]), len(parts) == 4
-        entries.append(CorpusEntry(f"{family}_{rows}_{seed}{'_perm' if permuted else ''}", family, rows, seed,
-                                   permuted))
-    return entries
-
-
-class Sweep:
-    """Phase 3: every config of both ops, briefly timed, matrix after matrix, inside a deadline.
-
-    A matrix whose predicted sweep time (the mean rate seen so far per config and nonzero, plus
-    a fixed cost per config) does not fit in the time left is skipped, and the next, maybe smaller, one is tried; a
-    sweep that runs out of time mid-matrix keeps the configs it timed. Each matrix's timings
-    go to the dataset at `dataset` (`cognate_tvm.data`, the CPU datasets' format) as soon as
-    they are measured, and `archive` (a .tar.gz of the dataset) is rewritten after each matrix.
-    """
-
-    def __init__(self, timer, *, feat: int, seed: int, deadline: float, dataset: Path | None = None,
-                 archive: Path | None = None, metadata: dict | None = None):
-        self.quick = timer.with_timing(number=2, repeat=1, min_repeat_ms=0)
-        self.feat, self.seed, self.deadline = feat, seed, deadline
-        self.dataset, self.archive, self.metadata = dataset, archive, dict(metadata or {})
-        self.rates: list[float] = []  # seconds per (config x (nnz + COST_OFFSET_NNZ)) of each matrix swept
-        self.skipped: list[dict] = []
-
-    def predicted_s(self, matrix, configs: int) -> float | None:
-        return float(np.mean(self.rates)) * configs * (matrix.nnz + COST_OFFSET_NNZ) if self.rates else None
-
-    def run(self, corpus) -> tuple[list, bool]:
-        """(rows, truncated): one row per matrix swept (whole or in part)."""
-        from cognate_tvm import space
-
-        spaces = {op: space.create("gpu", op).configs() for op in OPS}
-        total = sum(len(c) for c in spaces.values())
-        rows, truncated = [], False
-        for entry in corpus:
-            matrix = entry.build()
-            left, predicted = self.deadline - time.perf_counter(), self.predicted_s(matrix, total)
-            if left <= 0 or (predicted is not None and predicted > left):
-                self.skipped.append({"name": entry.name, "nnz": int(matrix.nnz), "predicted_s": predicted,
-                                     "left_s": left})
-                log.warning("budget: %s skipped (sweep predicted %s s, %.0f s left)", entry.name,
-                            None if predicted is None else round(predicted), left)
-                truncated = True
-                continue
-            t0 = time.perf_counter()
-            row = {"name": entry.name, "family": entry.family, "shape": list(matrix.shape), "nnz": int(matrix.nnz),
-                   "matrix": matrix, "recipe": _recipe(entry), "feat": self.feat, "ops": {}}
-            for op in OPS:
-                row["ops"][op] = self.measure_op(op, entry.name, matrix, spaces[op], row["recipe"])
-            rows.append(row)
-            elapsed = time.perf_counter() - t0
-            swept = sum(row["ops"][op]["swept"] for op in OPS)
-            truncated |= swept < total
-            self.rates.append(elapsed / max(1, swept) / (matrix.nnz + COST_OFFSET_NNZ))
-            self.pack()
-            log.info("sweep %s (%d nnz): %d of %d configs in %.1f s", entry.name, matrix.nnz, swept, total, elapsed)
-        return rows, truncated
-
-    def measure_op(self, op: str, name: str, matrix, configs: list, recipe: dict) -> dict:
-        """Every config of `op` in chunks, stopping at the deadline; NaN for failed and unswept ones."""
-        results = []
-        for start in range(0, len(configs), SWEEP_CHUNK):
-            if time.perf_counter() > self.deadline:
-                log.warning("budget: %s %s stopped after %d of %d configs", name, op, len(results), len(configs))
-                break
-            results += self.quick.measure(op, matrix, configs[start:start + SWEEP_CHUNK], self.feat, seed=self.seed)
-        times = np.full(len(configs), np.nan)
-        times[:len(results)] = [r.time_ms if r.ok else np.nan for r in results]
-        if self.dataset is not None and results:
-            from cognate_tvm.data import save_results
-
-            save_results(self.dataset, self.quick, name, matrix, op, self.feat, results,
-                         metadata=dict(self.metadata, matrix_recipe=recipe, swept=f"{len(results)}/{len(configs)}"))
-        return {"configs": configs, "times_ms": times, "swept": len(results),
-                "errors": sorted({r.error for r in results if r.error})[:5]}
-
-    def pack(self) -> None:
-        """Rewrite the dataset's .tar.gz (atomically: a kill leaves the previous one)."""
-        if self.dataset is None or self.archive is None:
-            return
-        import tarfile
-
-        tmp = self.archive.with_name(self.archive.name + ".tmp")
-        with tarfile.open(tmp, "w:gz") as tar:
-            tar.add(self.dataset, arcname=self.dataset.name)
-        tmp.replace(self.archive)
-
-
-def _recipe(entry) -> dict:
-    """The generator arguments that rebuild a corpus entry exactly."""
-    return {"generator": "cognate_tvm.matrix.generate", "family": entry.family, "rows": int(entry.rows),
-            "seed": int(entry.seed), "permute": bool(entry.permuted)}
 
 
 def transfer(op: str, rows: list, finetune: int, samples: int, seed: int, *, epochs: int | None = None,
@@ -551,13 +450,14 @@ def markdown(report: dict) -> str:
 def sweep_corpus(args) -> list:
     """The matrices to sweep, in order: `--new-matrices` (the must-show ones first), else a generated corpus."""
     from cognate_tvm.matrix import generate_corpus
+    from cognate_tvm.sweep import named_matrices
 
     if args.new_matrices:
-        return new_matrices(args.new_matrices)
+        return named_matrices(args.new_matrices)
     return generate_corpus(args.matrices, seed=args.seed, min_rows=args.min_rows, max_rows=args.max_rows)
 
 
-def save_sweep_summary(report: Report, rows: list, sweeper: "Sweep", truncated: bool) -> None:
+def save_sweep_summary(report: Report, rows: list, sweeper, truncated: bool) -> None:
     report["truncated"] = truncated
     report["skipped"] = sweeper.skipped
     report["sweep"] = [{"name": r["name"], "family": r["family"], "shape": r["shape"], "nnz": r["nnz"],
@@ -626,6 +526,7 @@ def matrix_entries(rows: list) -> list:
 
 def run(args, report: Report) -> int:
     from cognate_tvm import backends
+    from cognate_tvm.sweep import Sweep
 
     started = args.started = time.perf_counter()
     deadline = started + args.budget_s
@@ -640,10 +541,11 @@ def run(args, report: Report) -> int:
     report.save()
 
     env = report.data.get("environment", {})
-    sweeper = Sweep(timer, feat=args.feat, seed=args.seed, deadline=deadline - args.reserve_s,
+    sweeper = Sweep(timer.with_timing(number=2, repeat=1, min_repeat_ms=0), ops=OPS, feat=args.feat,
+                    seed=args.seed, deadline=deadline - args.reserve_s,
                     dataset=args.dataset, archive=args.dataset_archive,
-                    metadata={k: env.get(k) for k in ("device", "tvm_device_name", "compute_version", "torch",
-                                                      "torch_cuda", "compile_mode", "nvcc_version", "tvm")})
+                    metadata={k: env.get(k) for k in ("device", "tvm_device_name", "compute_version", "nvidia_smi",
+                                                      "torch", "torch_cuda", "compile_mode", "nvcc_version", "tvm")})
     rows, truncated = sweeper.run(sweep_corpus(args))
     save_sweep_summary(report, rows, sweeper, truncated)
 
