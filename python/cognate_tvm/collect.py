@@ -98,9 +98,7 @@ def parse_feats(text: str) -> list[int]:
 
 
 def backend_options(args: argparse.Namespace) -> dict:
-    """Timing options for the llvm target; the GPU architecture for cuda (other targets take none)."""
-    if args.target == "cuda":
-        return {} if args.arch is None else {"arch": args.arch}
+    """Timing options for the llvm target (other targets take none; --arch goes to `cli.make_backend`)."""
     if args.target != "llvm":
         return {}
     options = {"num_threads": args.threads, "repeats": args.repeats, "min_seconds": 0.002, "timeout_s": args.timeout}

@@ -148,7 +148,7 @@ class CognateCostModel(RankingModel):
     def __deepcopy__(self, memo):
         """A deep copy that shares the pattern cache: a pattern depends on the matrix and the featurizer's
         `max_points` and `locality` only, never on weights, and a 1000-matrix pool's patterns take ~1.3 GB
-        per copy (benchmarks/transfer.py copies a model per recipe). Embeddings depend on weights: copied."""
+        per copy (`cognate_tvm.transfer.recipes` copies a model per recipe). Embeddings depend on weights: copied."""
         memo[id(self._patterns)] = self._patterns
         clone = type(self).__new__(type(self))
         memo[id(self)] = clone
