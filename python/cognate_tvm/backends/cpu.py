@@ -190,17 +190,20 @@ class LLVMBackend(Backend):
 
 class KernelOperands:
     """The CPU kernels' operands of one matrix in one measure call, each built once and shared by the
-    configs: the sparse formats per panel layout, the dense operands per padded width, and their copies
-    where the kernels run (`on_device`: a numpy array -> a TVM tensor there; `device`: the output's)."""
+    configs: the sparse formats per panel layout and the dense operands per padded width.
 
-    def __init__(self, op: Op, matrix: sp.csr_matrix, feat: int, dense: list[np.ndarray], *, on_device, device):
+    It holds no device and no session (the caller passes them to `call_args`), so a remote session is
+    closed as soon as its run is dropped.
+    """
+
+    def __init__(self, op: Op, matrix: sp.csr_matrix, feat: int, dense: list[np.ndarray]):
         self.op, self.matrix, self.feat, self.dense = op, matrix, feat, dense
-        self.on_device, self.device = on_device, device
         self._sparse: dict[tuple, object] = {}
         self._padded: dict[int, list[np.ndarray]] = {}
 
-    def call_args(self, config: CPUConfig) -> list:
-        """The kernel's arguments for `config`, a fresh (NaN) output last."""
+    def call_args(self, config: CPUConfig, *, on_device, device) -> list:
+        """The kernel's arguments for `config` where the kernels run (`on_device`: a numpy array -> a TVM
+        tensor there), a fresh (NaN) output on `device` last."""
         import tvm
 
         from ..kernels.cpu import kernel_arguments, pad_dense, prepare_sparse
@@ -212,8 +215,8 @@ class KernelOperands:
         if width not in self._padded:
             self._padded[width] = [pad_dense(d, width) for d in self.dense]
         args = kernel_arguments(self.op, self.matrix, config, self.feat, self._padded[width], self._sparse[key])
-        call_args = [a if isinstance(a, int) else self.on_device(a) for a in args[:-1]]
-        call_args.append(tvm.runtime.tensor(args[-1], self.device))
+        call_args = [a if isinstance(a, int) else on_device(a) for a in args[:-1]]
+        call_args.append(tvm.runtime.tensor(args[-1], device))
         return call_args
 
     def first_run(self, config: CPUConfig, call_args: list, first_s: float, *, check: bool, timeout_s: float,
@@ -247,11 +250,9 @@ class _Run:
 
     def __init__(self, backend: LLVMBackend, op: Op, matrix: sp.csr_matrix, feat: int,
                  dense: list[np.ndarray]):
-        import tvm
-
         self.backend, self.op, self.feat = backend, op, feat
         self._device: dict[int, tuple] = {}  # id(numpy input) -> (array kept alive, device copy)
-        self.operands = KernelOperands(op, matrix, feat, dense, on_device=self._on_device, device=tvm.cpu())
+        self.operands = KernelOperands(op, matrix, feat, dense)
 
     def _on_device(self, array: np.ndarray):
         """Inputs are copied to TVM once per measure() call and shared by the configs."""
@@ -263,8 +264,10 @@ class _Run:
 
     def prepare(self, config: CPUConfig):
         """(call, call_args): the compiled kernel bound to this run's inputs and a fresh output."""
+        import tvm
+
         func = self.backend.kernel(self.op, config, self.feat)["main"]
-        call_args = self.operands.call_args(config)
+        call_args = self.operands.call_args(config, on_device=self._on_device, device=tvm.cpu())
 
         def call():
             func(*call_args)

@@ -410,12 +410,12 @@ class _RemoteRun(RemoteSession):
             log.warning("RPC server %s runs %d threads, the kernels were built for %d: start it with "
                         "TVM_NUM_THREADS=%d", self.server, self.threads, backend.num_threads,
                         backend.num_threads)
-        self.operands = KernelOperands(op, matrix, feat, dense, on_device=self.on_device, device=self.device)
+        self.operands = KernelOperands(op, matrix, feat, dense)
 
     def measure(self, config: CPUConfig, library: Path, check: bool) -> MeasureResult:
         backend = self.backend
         module = self.module(library)
-        call_args = self.operands.call_args(config)
+        call_args = self.operands.call_args(config, on_device=self.on_device, device=self.device)
         extra = {"rpc_server": self.server, "remote_threads": self.threads}
         once = module.time_evaluator("main", self.device, number=1, repeat=1)
         first_s = float(once(*call_args).mean)  # the first run, timed on the device
