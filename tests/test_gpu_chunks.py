@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from cognate_tvm.errors import InvalidConfigError
 from cognate_tvm.formats import column_panels
 from cognate_tvm.kernels import cuda as kcuda
 from cognate_tvm.kernels import cuda_prep
@@ -108,7 +109,7 @@ def test_every_chunked_layout_emulates_the_op(small_matrices, op):
 def test_chunked_arguments_name_the_kernel_parameters():
     matrix = _hub_matrix()
     for op, scalars in (("spmm", ["q", "z"]), ("sddmm", ["q"])):
-        config = GPUConfig(2, 4, 16, 4, False, False, 32, True, True, 2)
+        config = GPUConfig(2, 8, 16, 4, False, False, 32, True, True, 2)
         sparse = cuda_prep.prepare_sparse(op, matrix, config)
         func = kcuda.make_prim_func(kcuda.kernel_key(op, config))
         assert [p.name for p in func.params] == cuda_prep.arg_names(sparse)
@@ -127,3 +128,34 @@ def test_chunk_kernels_shuffle_rows_and_add_split_rows():
     assert "atomicAdd" in source and "float4" in source
     assert re.search(r"shfl\.sync\.idx", ptx) and re.search(r"ld\.global(\.nc)?\.v4\.f32", ptx)
     assert "red.global.add.f32" in ptx or "atom.global.add.f32" in ptx
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_serial_chunk_kernels_run_on_llvm_and_match_scipy(small_matrices, op):
+    """The chunk kernels' TIR bodies with plain loops and one lane per group, built for llvm and run on
+    NaN-filled outputs: every (cache, vectors per thread) body on every layout of the test matrices."""
+    import tvm
+
+    op_ = get_op(op)
+    configs = [c for c in create("gpu", op).configs()
+               if c.chunked and c.rows_per_block == 8 and c.tx == 8 and c.parts in (1, 8)]
+    built = {}
+    for config in configs:
+        key = kcuda.kernel_key(op, config)
+        if key not in built:
+            built[key] = tvm.tirx.build(kcuda.serial_prim_func(key), target="llvm")
+    assert len(built) == 6  # cache x cols_per_thread (1, 2, 4)
+    for name, matrix in _matrices(small_matrices).items():
+        dense = op_.make_dense_inputs(matrix, 13, seed=3)
+        expected = op_.reference(matrix, *dense)
+        for config in configs:
+            sparse = cuda_prep.prepare_sparse(op, matrix, config)
+            padded, nvec = cuda_prep.pad_dense(dense, config.vec)
+            out = np.full(cuda_prep.empty_output(sparse, nvec, config.vec).shape, np.nan, np.float32)
+            args = [tvm.runtime.tensor(a) if isinstance(a, np.ndarray) else a
+                    for a in cuda_prep.kernel_args(sparse, padded, out, nvec, config.rows_per_block)]
+            built[kcuda.kernel_key(op, config)](*args)
+            got = cuda_prep.finish_output(op, args[len(sparse.arrays) + len(padded)].numpy(), matrix, 13)
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4, err_msg=f"{name} {config}")
+    with pytest.raises(InvalidConfigError, match="only chunk kernels"):
+        kcuda.serial_prim_func(kcuda.all_keys(op)[0])

@@ -64,13 +64,17 @@ def test_rules(space):
     with pytest.raises(InvalidConfigError, match="takes a GPUConfig"):
         space.check("not a config")
     # chunked: own grid of knobs, no bucketing or atomics; the chunk knobs need chunk > 0
-    assert space.is_valid(GPUConfig(8, 4, 32, 4, False, False, 128, True, False, 2))
+    assert space.is_valid(GPUConfig(8, 16, 8, 4, False, False, 128, True, False, 4))
     with pytest.raises(InvalidConfigError, match="bucketing and atomics"):
-        space.check(GPUConfig(8, 4, 32, 4, True, False, 128))
+        space.check(GPUConfig(8, 8, 32, 4, True, False, 128))
     with pytest.raises(InvalidConfigError, match="chunk=64"):
-        space.check(GPUConfig(1, 4, 32, 4, False, False, 64))
+        space.check(GPUConfig(1, 8, 32, 4, False, False, 64))
     with pytest.raises(InvalidConfigError, match="vec=2 not in"):
-        space.check(GPUConfig(1, 4, 32, 2, False, False, 32))
+        space.check(GPUConfig(1, 8, 32, 2, False, False, 32))
+    with pytest.raises(InvalidConfigError, match=r"rows_per_block=4 not in \(8, 16\)"):
+        space.check(GPUConfig(1, 4, 32, 4, False, False, 32))
+    with pytest.raises(InvalidConfigError, match=r"\(tx, cols_per_thread\)=\(32, 2\)"):
+        space.check(GPUConfig(1, 8, 32, 4, False, False, 32, False, False, 2))
     with pytest.raises(InvalidConfigError, match="need chunk > 0"):
         space.check(GPUConfig(1, 4, 32, 4, False, False, 0, True))
     with pytest.raises(InvalidConfigError, match="cache must be a bool"):

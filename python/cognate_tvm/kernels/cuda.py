@@ -114,12 +114,12 @@ def all_keys(op: str | Op) -> list[KernelKey]:
     """Every kernel variant of `op` (the union over its whole space)."""
     op = get_op(op)
     variants = SPMM_VARIANTS if op.name == "spmm" else SDDMM_VARIANTS
-    from ..space.gpu import CHUNK_TX, CHUNK_VEC, COLS_PER_THREAD, TX, VEC
+    from ..space.gpu import CHUNK_LANES, CHUNK_VEC, TX, VEC
 
     plain = [KernelKey(op.name, layout, combine, t, v) for layout, combine in variants
              for t in TX for v in VEC]
     return plain + [KernelKey(op.name, "chunk", CHUNK_COMBINE[op.name], t, v, w, c)
-                    for t in CHUNK_TX for v in CHUNK_VEC for w in COLS_PER_THREAD for c in (False, True)]
+                    for t, w in CHUNK_LANES for v in CHUNK_VEC for c in (False, True)]
 
 
 def cuda_target(arch: str = "sm_80") -> "tvm.target.Target":
@@ -150,8 +150,25 @@ def make_prim_func(key: KernelKey):
     """
     generic = _generic_prim_func(key.op, key.layout, key.combine, key.cache)
     values = {"TX": key.tx, "V": key.vec, "LOG_TX": key.tx.bit_length() - 1, "CPT": key.cpt}
+    return _specialize(generic, values, key.name)
+
+
+def serial_prim_func(key: KernelKey):
+    """`key`'s chunk kernel with plain loops for its thread loops and one lane per group (TX = 1, so
+    a shuffle is the lane's own value and an atomic add a plain one): lowers for `llvm`, and runs
+    the kernel's indexing (chunks, CPT vectors, X slices, split rows) on a CPU."""
+    if key.layout != "chunk":
+        raise InvalidConfigError(f"only chunk kernels have a serial form, not {key.name}")
+    from . import cuda_tir
+
+    builder = {"spmm": cuda_tir.spmm_chunk, "sddmm": cuda_tir.sddmm_chunk}[key.op]
+    values = {"TX": 1, "V": key.vec, "LOG_TX": 0, "CPT": key.cpt}
+    return _specialize(builder(key.combine, key.cache, serial=True), values, f"{key.name}_serial")
+
+
+def _specialize(generic, values: dict, name: str):
     binding = {p: values[p.name] for p in generic.params if p.name in values}
-    return generic.specialize(binding).with_attr("global_symbol", key.name)
+    return generic.specialize(binding).with_attr("global_symbol", name)
 
 
 def build(keys: Iterable[KernelKey], *, arch: str = "sm_80"):

@@ -332,7 +332,27 @@ def sddmm_hyb(combine: str):
     return sddmm
 
 
-def _chunk_spmm_macros(cache: bool):
+def _lanes(serial: bool):
+    """Thread loops, lane exchange and atomic add: CUDA's, or with `serial` plain loops for one lane
+    per group (TX = 1: a shuffle returns the lane's own value), which lower for llvm and run on a CPU."""
+
+    def bind(extent, thread):
+        return T.serial(extent) if serial else T.thread_binding(extent, thread=thread)
+
+    def shfl(dtype, mask, value, lane, width):
+        return value if serial else T.call_extern(dtype, "__shfl_sync", mask, value, lane, width)
+
+    @T.macro
+    def add_into(C, row, col, value):
+        if serial:
+            C[row, col] = C[row, col] + value
+        else:
+            T.evaluate(T.call_extern("float32", "atomicAdd", T.address_of(C[row, col]), value))
+
+    return bind, shfl, add_into
+
+
+def _chunk_spmm_macros(cache: bool, shfl):
     """The chunk walk of SpMM: plain (every lane loads every index) or row-cached (shuffles)."""
 
     @T.macro
@@ -358,8 +378,8 @@ def _chunk_spmm_macros(cache: bool):
                     mine_v[0] = T.float32(0)
                 for j in T.unroll(TX):
                     if lo + t0 * TX + j < hi:  # the same for every lane of the group
-                        col[0] = T.call_extern("int32", "__shfl_sync", group_mask(ty, TX), mine_c[0], j, TX)
-                        val[0] = T.call_extern("float32", "__shfl_sync", group_mask(ty, TX), mine_v[0], j, TX)
+                        col[0] = shfl("int32", group_mask(ty, TX), mine_c[0], j, TX)
+                        val[0] = shfl("float32", group_mask(ty, TX), mine_v[0], j, TX)
                         fma(acc, B, col[0], val[0], vbase, nvec, TX, V, CPT)
         else:
             for n in range(lo, hi):
@@ -368,8 +388,9 @@ def _chunk_spmm_macros(cache: bool):
     return walk
 
 
-def spmm_chunk(combine: str, cache: bool):
-    walk = _chunk_spmm_macros(cache)
+def spmm_chunk(combine: str, cache: bool, serial: bool = False):
+    bind, shfl, add_into = _lanes(serial)
+    walk = _chunk_spmm_macros(cache, shfl)
 
     @T.prim_func
     def spmm(crow_h: T.handle, clo_h: T.handle, chi_h: T.handle, zrow_h: T.handle, indices_h: T.handle,
@@ -386,16 +407,16 @@ def spmm_chunk(combine: str, cache: bool):
         B = T.match_buffer(b_h, (K, nvec * V), "float32")
         C = T.match_buffer(c_h, (M, nvec * V), "float32")
         if z > 0:  # rows that several chunks add into start from zero
-            for bx in T.thread_binding(z, thread="blockIdx.x"):
-                for t in T.thread_binding(_ZERO_THREADS, thread="threadIdx.x"):
+            for bx in bind(z, "blockIdx.x"):
+                for t in bind(_ZERO_THREADS, "threadIdx.x"):
                     for k in range((nvec * V + _ZERO_THREADS - 1) // _ZERO_THREADS):
                         if k * _ZERO_THREADS + t < nvec * V:
                             C[zero_rows[bx], k * _ZERO_THREADS + t] = T.float32(0)
         if q > 0:
-            for bx in T.thread_binding((q + I - 1) // I, thread="blockIdx.x"):
-                for by in T.thread_binding((nvec + TX * CPT - 1) // (TX * CPT), thread="blockIdx.y"):
-                    for ty in T.thread_binding(I, thread="threadIdx.y"):
-                        for tx in T.thread_binding(TX, thread="threadIdx.x"):
+            for bx in bind((q + I - 1) // I, "blockIdx.x"):
+                for by in bind((nvec + TX * CPT - 1) // (TX * CPT), "blockIdx.y"):
+                    for ty in bind(I, "threadIdx.y"):
+                        for tx in bind(TX, "threadIdx.x"):
                             acc = T.alloc_buffer((CPT * V,), "float32", scope="local")
                             r = T.meta_var(bx * I + ty)
                             vbase = T.meta_var(by * TX * CPT + tx)
@@ -412,16 +433,15 @@ def spmm_chunk(combine: str, cache: bool):
                                                 C[chunk_rows[r], (vbase + u * TX) * V + e] = acc[u * V + e]
                                         else:
                                             for e in T.unroll(V):
-                                                T.evaluate(T.call_extern(
-                                                    "float32", "atomicAdd",
-                                                    T.address_of(C[-1 - chunk_rows[r], (vbase + u * TX) * V + e]),
-                                                    acc[u * V + e]))
+                                                add_into(C, -1 - chunk_rows[r], (vbase + u * TX) * V + e,
+                                                         acc[u * V + e])
     return spmm
 
 
-def sddmm_chunk(combine: str, cache: bool):
+def sddmm_chunk(combine: str, cache: bool, serial: bool = False):
     """Each chunk's row slice of X (TX * CPT vectors at a time) is read once into registers when
     `cache`, else from memory at every nonzero; a group-wide shuffle sum gives each dot product."""
+    bind, _, _ = _lanes(serial)
 
     @T.macro
     def dot_part(part, xr, X, Y, row, col, vbase, nvec, TX, V, CPT):
@@ -451,9 +471,9 @@ def sddmm_chunk(combine: str, cache: bool):
         Y = T.match_buffer(y_h, (K, nvec * V), "float32")
         O = T.match_buffer(o_h, (NO,), "float32")
         if q > 0:
-            for bx in T.thread_binding((q + I - 1) // I, thread="blockIdx.x"):
-                for ty in T.thread_binding(I, thread="threadIdx.y"):
-                    for tx in T.thread_binding(TX, thread="threadIdx.x"):
+            for bx in bind((q + I - 1) // I, "blockIdx.x"):
+                for ty in bind(I, "threadIdx.y"):
+                    for tx in bind(TX, "threadIdx.x"):
                         xr = T.alloc_buffer((CPT * V,), "float32", scope="local")
                         part = T.alloc_buffer((V,), "float32", scope="local")
                         red = T.alloc_buffer((1,), "float32", scope="local")

@@ -87,16 +87,25 @@ ELL_MAX_WIDTH = 32
 ELL_WIDTHS = tuple(1 << b for b in range(int(math.log2(ELL_MAX_WIDTH)) + 1))
 # Chunked schedules: a smaller grid of knobs (the plain ones above stay as they were).
 CHUNK = (32, 128)
-CHUNK_ROWS_PER_BLOCK = (4, 8)
-CHUNK_TX = (8, 16, 32)
+CHUNK_ROWS_PER_BLOCK = (8, 16)
 CHUNK_VEC = (4,)
-COLS_PER_THREAD = (1, 2)
+COLS_PER_THREAD = (1, 2, 4)
+# (tx, cols_per_thread) of chunked configs: a group covers 32..128 dense columns (vec 4), and
+# the narrow groups hold more vectors per thread (several rows per warp, more loads in flight).
+CHUNK_LANES = ((8, 1), (16, 1), (32, 1), (8, 2), (16, 2), (8, 4))
 CHUNKED_FIELDS = ("chunk", "swizzle", "cache", "cols_per_thread")
 
 ORDER_PARALLEL = ("k1", "j1", "i1", "i0", "j0", "k0")
 ORDER_SERIAL = ("j1", "i1", "i0", "j0", "k1", "k0")
 ORDER_SDDMM = ("k1", "i1", "i0", "k0", "j1", "j0")
 ORDER_SDDMM_CHUNKED = ("k1", "i1", "i0", "j1", "k0", "j0")
+
+
+def _check_values(config: "GPUConfig", rules, where: str = "") -> None:
+    for name, allowed in rules:
+        value = getattr(config, name)
+        if isinstance(value, bool) or value not in allowed:
+            raise InvalidConfigError(f"{name}={value!r} not in {allowed}{where} ({config!r})")
 
 
 @dataclass(frozen=True)
@@ -151,9 +160,9 @@ class GPUSpace(Space):
         plain = (GPUConfig(p, i, t, v, b, a) for p, i, t, v, b, a in itertools.product(
             PARTS, ROWS_PER_BLOCK, TX, VEC, (False, True), (False, True)))
         chunked = (GPUConfig(p, i, t, v, False, False, c, s, h, w)
-                   for p, i, t, v, c, s, h, w in itertools.product(
-                       PARTS, CHUNK_ROWS_PER_BLOCK, CHUNK_TX, CHUNK_VEC, CHUNK, (False, True),
-                       (False, True), COLS_PER_THREAD))
+                   for p, i, (t, w), v, c, s, h in itertools.product(
+                       PARTS, CHUNK_ROWS_PER_BLOCK, CHUNK_LANES, CHUNK_VEC, CHUNK, (False, True),
+                       (False, True)))
         return [c for c in itertools.chain(plain, chunked) if self.is_valid(c)]
 
     def baseline(self) -> GPUConfig:
@@ -163,17 +172,16 @@ class GPUSpace(Space):
     def check(self, config: GPUConfig) -> None:
         if not isinstance(config, GPUConfig):
             raise InvalidConfigError(f"{self!r} takes a GPUConfig, got {type(config).__name__}: {config!r}")
-        for name, allowed in (("parts", PARTS), ("rows_per_block", ROWS_PER_BLOCK), ("tx", TX),
-                              ("vec", VEC)):
-            value = getattr(config, name)
-            if isinstance(value, bool) or value not in allowed:
-                raise InvalidConfigError(f"{name}={value!r} not in {allowed} ({config!r})")
         for name in ("bucketing", "atomics", "swizzle", "cache"):
             if not isinstance(getattr(config, name), bool):
                 raise InvalidConfigError(f"{name} must be a bool, got {getattr(config, name)!r}")
+        if not isinstance(config.chunk, int) or isinstance(config.chunk, bool):
+            raise InvalidConfigError(f"chunk must be an int, got {config.chunk!r}")
         if config.chunked:
             self._check_chunked(config)
             return
+        _check_values(config, (("parts", PARTS), ("rows_per_block", ROWS_PER_BLOCK), ("tx", TX),
+                               ("vec", VEC)))
         if config.swizzle or config.cache or config.cols_per_thread != 1 or config.chunk != 0:
             raise InvalidConfigError(f"swizzle, cache and cols_per_thread > 1 need chunk > 0 ({config!r})")
         if self.op.name == "sddmm":
@@ -188,11 +196,11 @@ class GPUSpace(Space):
 
     @staticmethod
     def _check_chunked(config: GPUConfig) -> None:
-        for name, allowed in (("chunk", CHUNK), ("rows_per_block", CHUNK_ROWS_PER_BLOCK),
-                              ("tx", CHUNK_TX), ("vec", CHUNK_VEC), ("cols_per_thread", COLS_PER_THREAD)):
-            value = getattr(config, name)
-            if isinstance(value, bool) or value not in allowed:
-                raise InvalidConfigError(f"{name}={value!r} not in {allowed} for chunk > 0 ({config!r})")
+        _check_values(config, (("chunk", CHUNK), ("parts", PARTS), ("rows_per_block", CHUNK_ROWS_PER_BLOCK),
+                               ("vec", CHUNK_VEC), ("cols_per_thread", COLS_PER_THREAD)), " for chunk > 0")
+        if (config.tx, config.cols_per_thread) not in CHUNK_LANES:
+            raise InvalidConfigError(f"(tx, cols_per_thread)={(config.tx, config.cols_per_thread)} not in "
+                                     f"{CHUNK_LANES} for chunk > 0 ({config!r})")
         if config.bucketing or config.atomics:
             raise InvalidConfigError(f"chunk > 0 has its own layout and combining: bucketing and atomics "
                                      f"must be False ({config!r})")
