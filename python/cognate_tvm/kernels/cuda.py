@@ -8,7 +8,7 @@ tx and the vector width v, which are compile-time constants. The number of
 panels, the rows per block I (`blockDim.y`, a launch parameter), the matrix
 shape, nnz and the dense width are runtime arguments, so one compiled kernel
 serves every matrix, `parts`, `rows_per_block` and `feat`: compile each variant
-once and cache it (SpMM: 48 variants, SDDMM: 24).
+once and cache it (plain configs: SpMM 48 variants, SDDMM 24).
 
 Chunked configs (`chunk` > 0) use the "chunk" layout: a table of row chunks
 (`cuda_prep.chunk_table`) walked by one thread group per chunk, with vectors
@@ -26,6 +26,9 @@ SpMM threads: (blockIdx.x: I-row groups, blockIdx.y: tx*v dense chunks,
 each thread keeps a v-wide accumulator in registers. SDDMM threads: a group of
 tx lanes per row walks the row's nonzeros; each lane accumulates a partial dot
 product over its vectors and the group sums it with `__shfl_xor_sync`.
+Chunk kernels: (blockIdx.x: I-chunk groups, [SpMM blockIdx.y: tx*v*CPT dense
+chunks]) x (threadIdx.y: I chunks, threadIdx.x: tx), each thread holding CPT
+v-wide vectors strided by tx; SpMM launches a zeroing kernel for split rows first.
 """
 from __future__ import annotations
 
