@@ -4,7 +4,7 @@
         --corpus synthetic:N[:SEED]|DIR --configs-per-matrix C --out DIR
         [--seed S] [--feat N[,N...]] [--pool P] [--chunk K] [--min-rows R] [--max-rows R]
         [--subset-min-rows R] [--subset-max-rows R] [--thread-candidates]
-        [--threads T] [--repeats R] [--timeout S] [--check] [--quiet]
+        [--threads T] [--repeats R] [--timeout S] [--arch sm_80|sm_90] [--check] [--quiet]
         [--executor {local,ray} [--ray-address ADDR] [--workers W]]
         [--rpc-tracker HOST:PORT --rpc-key KEY]
 
@@ -96,7 +96,9 @@ def parse_feats(text: str) -> list[int]:
 
 
 def backend_options(args: argparse.Namespace) -> dict:
-    """Timing options for the llvm target (other targets take none)."""
+    """Timing options for the llvm target; the GPU architecture for cuda (other targets take none)."""
+    if args.target == "cuda":
+        return {} if args.arch is None else {"arch": args.arch}
     if args.target != "llvm":
         return {}
     # warmup 0: the backend's first (untimed) call already warms caches and pages.
@@ -178,6 +180,8 @@ def make_parser() -> argparse.ArgumentParser:
                         help="sample only the configs tune ranks for the thread count (llvm 2+ threads: parallel)")
     parser.add_argument("--repeats", type=int, default=3, help="llvm: timed repeats per config (median)")
     parser.add_argument("--timeout", type=float, default=5.0, help="llvm: seconds one kernel call may take")
+    parser.add_argument("--arch", default=None, choices=("sm_80", "sm_90"),
+                        help="cuda: the GPU architecture the kernels are built for (default: the backend's, sm_80)")
     parser.add_argument("--check", action="store_true", help="compare each output with scipy")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--executor", choices=executors.KINDS, default="local",
