@@ -419,7 +419,7 @@ class CUDABackend(Backend):
             for key in members:
                 missing = sorted(set(key.kernel_names) - entries)
                 status[key] = nvcc_error or (f"nvcc output lacks kernels {missing}" if missing else None)
-        prepared: dict[tuple[int, bool], str | None] = {}
+        prepared: dict[tuple, str | None] = {}
         results = []
         for config, key in zip(configs, keys):
             if isinstance(key, Exception):
@@ -431,7 +431,7 @@ class CUDABackend(Backend):
             else:
                 error = status[key]
             extra = {"compiled": error is None, "kernel": key.name, "arch": self.arch}
-            skey = (config.parts, config.bucketing)
+            skey = cuda_prep.layout_key(config)
             if skey not in prepared:  # the host-side format conversion is exercised too
                 try:
                     cuda_prep.prepare_sparse(op, matrix, config)
@@ -458,7 +458,7 @@ class _RunContext:
                  make_event: Callable[[], Event]):
         self.op, self.matrix, self.feat, self.dense_host, self.dev = op, matrix, feat, dense, dev
         self.make_event = make_event
-        self._sparse: dict[tuple[int, bool], tuple] = {}
+        self._sparse: dict[tuple, tuple] = {}
         self._dense: dict[int, tuple[list, int]] = {}
         self._expected: np.ndarray | None = None
         self._out: dict[tuple, object] = {}
@@ -472,7 +472,7 @@ class _RunContext:
     def sparse(self, config) -> tuple:
         import tvm
 
-        key = (config.parts, config.bucketing)
+        key = cuda_prep.layout_key(config)
         if key not in self._sparse:
             sparse = cuda_prep.prepare_sparse(self.op, self.matrix, config)
             self._sparse[key] = (sparse, [tvm.runtime.tensor(a, self.dev) for a in sparse.arrays])
