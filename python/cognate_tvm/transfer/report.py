@@ -1,4 +1,4 @@
-"""The protocol's report: labels, the markdown tables, and the plots."""
+"""The protocol's report: labels and the markdown tables (the benchmark draws the plots)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -163,61 +163,3 @@ def same_point(point: dict, recipe: dict) -> bool:
     """Whether grid entry `point` is the recipe `recipe` was chosen from (its best member for an ensemble)."""
     fields = [k for k in point if k not in ("val", "audit")]
     return all(point[k] == recipe.get(k) for k in fields)
-
-
-def plot(op: str, result: dict, params: Params, out: Path, stem: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    seed = params.seeds[0]
-    pm = result["per_matrix"]
-    oracle = pm["oracle"][seed]
-    base = np.array([r["baseline_ms"] for r in oracle])
-    order = np.argsort(base / np.array([r["oracle_ms"] for r in oracle]))
-    fig, ax = plt.subplots(figsize=(9, 3.8))
-    tl = "tl5"
-    nt_mid = f"nt{params.nt_sizes[len(params.nt_sizes) // 2]}"
-    for method, style in (("oracle", "k-"), (tl, "r-o"), ("best_fixed", "b--s"), ("waco_fm", "g:^"),
-                          (nt_mid, "m-.v"), ("zero_shot", "c:x")):
-        if method not in pm:
-            continue
-        rows = pm[method][seed]
-        speed = np.array([r["baseline_ms"] / r["top1_ms"] for r in rows])[order]
-        ax.plot(np.arange(len(speed)), speed, style, ms=4, lw=1, label=label(method) + " (top-1)")
-    ax.set_yscale("log")
-    ax.axhline(1.0, color="grey", lw=0.5)
-    ax.set_xlabel("test matrix (sorted by oracle speedup)")
-    ax.set_ylabel("speedup over baseline config")
-    ax.set_title(f"SPADE {op}: per-matrix top-1 speedups (seed {seed})")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(out / f"{stem}_per_matrix.png", dpi=120)
-    plt.close(fig)
-    if not any(m.startswith("nt") for m in result["summary"]):
-        return
-
-    summary = result["summary"]
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    for prefix, sizes, style, name in (("tl", params.ks, "r-o", "COGNATE TLk"), ("nt", params.nt_sizes, "m-s", "NTn")):
-        keys = [f"{prefix}{n}" for n in sizes if f"{prefix}{n}" in summary]
-        xs = [summary[k]["target_samples"] for k in keys]
-        ys = [summary[k]["oracle_fraction_top1"] for k in keys]
-        es = [summary[k]["oracle_fraction_top1_std"] for k in keys]
-        ax.errorbar(xs, ys, yerr=es, fmt=style, capsize=3, label=name)
-        for x, y, k in zip(xs, ys, keys):
-            ax.annotate(label(k).replace("COGNATE ", ""), (x, y), fontsize=7, textcoords="offset points",
-                        xytext=(4, -10))
-    for method, style in (("best_fixed", "b--"), ("zero_shot", "c:")):
-        if method in summary:
-            ax.axhline(summary[method]["oracle_fraction_top1"], ls=style[1:], color=style[0], lw=1,
-                       label=label(method))
-    ax.set_xscale("log")
-    ax.set_xlabel("target samples (fine-tune + validation)")
-    ax.set_ylabel("top-1 fraction of oracle (geomean)")
-    ax.set_title(f"SPADE {op}: data efficiency")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / f"{stem}_efficiency.png", dpi=120)
-    plt.close(fig)
