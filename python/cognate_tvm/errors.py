@@ -37,3 +37,19 @@ class DeviceUnavailableError(CognateError, RuntimeError):
 
 class PretrainedNotFoundError(CognateError, LookupError):
     """A shipped (pre-trained or fine-tuned) model was asked for that the package does not hold."""
+
+
+class DTypeError(CognateError, TypeError):
+    """A tensor of a data type the operation does not take (the kernels compute in float32)."""
+
+
+class DeviceMismatchError(CognateError, ValueError):
+    """Operands on different devices, or on a device the matrix's kernels were not built for."""
+
+
+class LayoutError(CognateError, ValueError):
+    """A tensor whose memory layout a kernel cannot read in place (e.g. not contiguous)."""
+
+
+class IndexOutOfRangeError(CognateError, IndexError):
+    """A sparse matrix index (column id, row pointer) outside the matrix's shape."""
