@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+log = logging.getLogger("gnn_end_to_end")
 SIDES = ("tuned", "baseline-config", "random-search", "torch.sparse", "torch.sparse+At")
 
 
@@ -132,8 +133,10 @@ def make_sides(graph, device, args, root: Path) -> tuple[dict, dict]:
     tuned = SparseMatrix.from_scipy(graph.adjacency, kernels=tuned_kernels)
     widths = sorted(set(args.widths) | {args.classes})
     start = time.perf_counter()
+    log.info("tuning the SpMM at widths %s", widths)
     tuned.prepare(widths)
     ready_s = time.perf_counter() - start
+    log.info("kernels ready in %.1f s; random search with as many measurements", ready_s)
     record = {h["feat"]: h for h in tuned_kernels.history if h["op"] == "spmm"}
     random_root = root / "random"
     random_search(tuned, tuned_kernels, widths, {w: max(1, record[w]["measured"]) for w in widths}, args.seed,
@@ -185,6 +188,7 @@ def time_width(graph, sides, width: int, device, args) -> dict:
     epoch_ms = {s: [] for s in names}
     infer_ms = {s: [] for s in names}
     for r in range(args.rounds):
+        log.info("N=%d: round %d of %d", width, r + 1, args.rounds)
         for side in names[r % len(names):] + names[:r % len(names)]:
             epoch_ms[side].append(timer(lambda: epoch(side), args.epochs))
             infer_ms[side].append(timer(lambda: infer(side), args.epochs))
@@ -260,7 +264,8 @@ def main(argv=None) -> dict:
 
     from cognate_tvm.torch.graphs import make_graph
 
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    log.setLevel(logging.INFO)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     graph = make_graph(args.graph, args.nodes, features=args.features, classes=args.classes, seed=args.seed)
