@@ -75,6 +75,8 @@ def spmm(matrix, dense: torch.Tensor) -> torch.Tensor:
     float32 tensor [M, N].
     """
     matrix.check_dense(dense, rows=matrix.shape[1], name="dense")
+    if not _needs_grad(matrix.values, dense):
+        return matrix.run("spmm", matrix.values, dense)
     return _SpMM.apply(matrix, matrix.values, dense)
 
 
@@ -92,7 +94,14 @@ def sddmm(matrix, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """
     matrix.check_dense(x, rows=matrix.shape[0], name="x")
     matrix.check_dense(y, rows=matrix.shape[1], name="y", width=x.shape[1])
+    if not _needs_grad(matrix.values, x, y):
+        return matrix.run("sddmm", matrix.values, x, y)
     return _SDDMM.apply(matrix, matrix.values, x, y)
+
+
+def _needs_grad(*tensors: torch.Tensor) -> bool:
+    """Whether autograd must record the call (else the kernel runs without the Function's overhead)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def edge_softmax(matrix, scores: torch.Tensor) -> torch.Tensor:
