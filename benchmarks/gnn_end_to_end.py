@@ -269,6 +269,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     graph = make_graph(args.graph, args.nodes, features=args.features, classes=args.classes, seed=args.seed)
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="gnn_e2e_") as tmp:
         sides, tuning = make_sides(graph, device, args, Path(tmp))
         rows = [summarize(w, time_width(graph, sides, w, device, args), tuning, args.classes) for w in args.widths]
@@ -276,7 +277,9 @@ def main(argv=None) -> dict:
               "device": str(device), "threads": args.threads, "epochs": args.epochs, "rounds": args.rounds,
               "features": args.features, "classes": args.classes, "ready_s": tuning["ready_s"],
               "graph": {"name": graph.name, "nodes": graph.nodes, "nnz": int(graph.adjacency.nnz)},
-              "machine": f"{_platform.processor() or _platform.machine()}, torch {torch.__version__}",
+              "machine": f"{_platform.processor() or _platform.machine()}, {os.cpu_count()} cores, torch "
+                         f"{torch.__version__}; load average (1 min) {load_before[0]:.1f} at the start, "
+                         f"{os.getloadavg()[0]:.1f} at the end",
               "rows": rows}
     write_report(result, Path(args.out))
     print((Path(args.out) / "gnn_end_to_end.md").read_text())
