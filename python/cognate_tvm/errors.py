@@ -55,3 +55,19 @@ class TuningError(CognateError, RuntimeError):
 
 class NotFittedError(CognateError, RuntimeError):
     """A model or baseline was asked to predict before it was fitted."""
+
+
+class DTypeError(CognateError, TypeError):
+    """A tensor of a data type the operation does not take (the kernels compute in float32)."""
+
+
+class DeviceMismatchError(CognateError, ValueError):
+    """Operands on different devices, or on a device the matrix's kernels were not built for."""
+
+
+class LayoutError(CognateError, ValueError):
+    """A tensor whose memory layout a kernel cannot read in place (e.g. not contiguous)."""
+
+
+class IndexOutOfRangeError(CognateError, IndexError):
+    """A sparse matrix index (column id, row pointer) outside the matrix's shape."""
