@@ -16,7 +16,8 @@ it) sits on one layer of `LAYERS`, lowest first:
    (the loops take any model; the model imports them), ``kernels``;
 3. ``model`` and ``backends``;
 4. what composes them: ``baselines``, ``tuner``;
-5. the front ends: ``metaschedule``, ``transfer``, ``measure``, ``collect``, ``tune``, ``cli``.
+5. the front ends: ``metaschedule``, ``transfer``, ``torch`` (PyTorch operators), ``measure``, ``collect``,
+   ``tune``, ``cli``.
 
 The rule: a module imports only modules of its own unit, or of a unit on the same or a lower layer.
 An import to a higher layer is an arrow up (a backend importing the MetaSchedule front end that
@@ -37,7 +38,7 @@ LAYERS = (
     ("data", "metrics", "mapper", "simulator", "train", "kernels", "sweep"),
     ("model", "backends"),
     ("baselines", "tuner"),
-    ("metaschedule", "transfer", "measure", "collect", "tune", "cli"),
+    ("metaschedule", "transfer", "torch", "measure", "collect", "tune", "cli"),
 )
 
 # Known circles, each a frozenset of the modules on it, to be removed: none.
