@@ -44,6 +44,7 @@ from cognate_tvm.collect import config_sample
 from cognate_tvm.data import collect, load_frame
 from cognate_tvm.matrix import generate
 from cognate_tvm.matrix.corpus import load_corpus
+from common import setup_logging
 
 log = logging.getLogger("collect_throughput")
 
@@ -169,7 +170,7 @@ def main() -> None:
     parser.add_argument("--warm", action="store_true", help="llvm: compile every kernel before timing")
     parser.add_argument("--rounds", type=int, default=3, help="times every executor runs (in turn)")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(logging.WARNING)
     args.out.mkdir(parents=True, exist_ok=True)
     runs = []
     with tempfile.TemporaryDirectory(prefix="collect_throughput_") as scratch:

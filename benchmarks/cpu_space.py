@@ -40,6 +40,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from common import present_geomean, setup_logging
+
 log = logging.getLogger("cpu_space")
 
 SETTINGS = {  # corpus and timing per mode
@@ -48,11 +50,6 @@ SETTINGS = {  # corpus and timing per mode
     "small": {"count": 30, "min_rows": 300, "max_rows": 2000, "configs": 16, "feat": 32,
               "warmup": 1, "repeats": 3, "min_seconds": 0.0},
 }
-
-
-def geomean(values) -> float:
-    values = np.asarray([v for v in values if v and np.isfinite(v) and v > 0], dtype=np.float64)
-    return float(np.exp(np.log(values).mean())) if values.size else float("nan")
 
 
 def load_done(path: Path) -> dict[str, dict]:
@@ -151,7 +148,7 @@ def summarize(rows: list[dict], vendor_names: list[str]) -> dict:
         ratios[f"{name} / baseline"] = [r[f"{name}_ms"] / r["baseline_ms"] for r in rows
                                         if r.get("baseline_ms") and r.get(f"{name}_ms")
                                         and r.get("baseline_correct") is not False]
-    return {key: {"geomean": geomean(v), "min": float(np.min(v)) if v else None,
+    return {key: {"geomean": present_geomean(v, empty=np.nan), "min": float(np.min(v)) if v else None,
                   "max": float(np.max(v)) if v else None, "matrices": len(v)}
             for key, v in ratios.items()}
 
@@ -197,7 +194,7 @@ def plot(path: Path, op: str, rows: list[dict], vendor_names: list[str]) -> None
     series = [("baseline", "baseline_ms"), ("worst", "worst_ms")] + [(n, f"{n}_ms") for n in vendor_names]
     for label, key in series:
         ys = [r[key] / r["best_ms"] if r.get(key) else np.nan for r in rows]
-        ax.plot(x, ys, "o", label=f"{label} / best (geomean {geomean(ys):.2f})")
+        ax.plot(x, ys, "o", label=f"{label} / best (geomean {present_geomean(ys, empty=np.nan):.2f})")
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_yscale("log")
     ax.set_xticks(x, [r["name"] for r in rows], rotation=90, fontsize=6)
@@ -222,7 +219,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cache-dir", type=Path, default=None, help="kernel cache (default: user cache)")
     parser.add_argument("--no-vendor", action="store_true", help="skip MKL and scipy")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging()
 
     settings = dict(SETTINGS["small" if args.small else "full"])
     for key in ("count", "feat"):

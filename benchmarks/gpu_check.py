@@ -1,4 +1,4 @@
-"""One prepared GPU check of the `cuda` target: correctness of every config, speed against cuSPARSE, transfer.
+"""One prepared GPU check of the `cuda` target: correctness of every config, a sweep into the dataset, tune, cuSPARSE.
 
 Made to run on the first try on a GPU machine borrowed for minutes
 (`scripts/gpu_run.sh` sets it up there; docs/gpu.md). `--quick` finishes in
@@ -15,19 +15,32 @@ soon as it is done, so a run cut short still leaves its results:
    power-law graph, a banded matrix) at a dense width that is not a multiple of
    the vector widths; outputs are filled with NaN before each run, and the
    warm-up and the timed run are both checked;
-3. sweep: every config of both ops, briefly timed, on `--matrices` generated
-   matrices (>= 10), to find each matrix's best configs (the oracle);
-4. transfer: the shipped CPU model (`load_pretrained(op, "cpu")`) is
-   fine-tuned on the sweep of the first `--finetune` matrices (100 sampled
-   configs each) and picks its top-1 / top-5 on the others; when no CPU model
-   ships, a model is trained on the same GPU data alone, and the JSON and the
-   table say so;
-5. careful timing on every sweep matrix, side by side: the sweep's top
-   configs, the baseline config, the model's picks, and cuSPARSE, all timed by
-   the same function (back-to-back launches between CUDA events, median of
-   samples) with the output of every timed sample checked;
+3. sweep: every config of both ops, briefly timed (2 launches), on
+   `--new-matrices` (in the order given) or `--matrices` generated ones, to
+   find each matrix's best configs (the oracle); inside the budget (a matrix
+   predicted not to fit is skipped, a sweep cut short keeps what it timed:
+   `cognate_tvm.sweep`). Every timing goes to a dataset in the CPU datasets' format
+   (`cognate_tvm.data`: `--dataset`, Parquet parts, JSON where pyarrow is
+   missing), with the device, the timing and each matrix's generator
+   arguments in the ``backend`` column; `--dataset-archive` is a .tar.gz of it,
+   rewritten after every matrix;
+4. transfer (`--finetune K`, 0: none): the shipped CPU model
+   (`load_pretrained(op, "cpu")`) is fine-tuned on the sweep of the first K
+   matrices (100 sampled configs each) and picks its top-1 / top-5 on the
+   others; when no CPU model ships, a model is trained on the same GPU data
+   alone, and the JSON and the table say so;
+5. matrix after matrix, until the budget ends: `tune` as a user runs it
+   (the shipped GPU model's ranking and its default measurements; without a
+   GPU model the CPU one zero-shot, and the report says which), then careful
+   timing side by side: the sweep's top configs, the baseline config, the
+   transfer's picks, tune's choice and cuSPARSE, all timed by the same
+   function (back-to-back launches between CUDA events, median of samples)
+   with the output of every timed sample checked, and each op's HBM floor
+   (its operands moved once at 4.8 TB/s) beside them;
 6. summary: OUT/gpu_check.json and OUT/gpu_check.md (geomean speedups over
-   cuSPARSE and over the baseline config, model picks vs the oracle).
+   cuSPARSE and over the baseline config, on all matrices, the R-MAT graphs
+   and the regular ones of 1M+ nonzeros; fractions of the HBM floor; tune's
+   choice and the model's picks against the best of the space).
 
     python benchmarks/gpu_check.py --quick --out benchmarks/results/gpu_check
     python benchmarks/gpu_check.py --compile-only --out /tmp/gpu_check   # no GPU needed
@@ -144,6 +157,12 @@ def environment() -> dict:
             env["nvcc_version"] = out.strip().splitlines()[-1] if out.strip() else None
         except (OSError, subprocess.TimeoutExpired) as err:
             env["nvcc_version"] = f"unknown ({err})"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+        env["nvidia_smi"] = out.splitlines()[0] if out else None
+    except (OSError, subprocess.TimeoutExpired):
+        env["nvidia_smi"] = None
     import tvm
 
     env["tvm"] = tvm.__version__
@@ -175,33 +194,15 @@ def correctness(timer, report: Report, seed: int) -> None:
     report["correctness"] = result
 
 
-def sweep(timer, corpus, feat: int, seed: int, deadline: float, min_matrices: int) -> tuple[list, bool]:
-    """Phase 3: every config of both ops, briefly timed, per matrix; stops early at `deadline`
-    (but not before `min_matrices`). Returns (rows, truncated)."""
-    from cognate_tvm import space
-
-    quick = timer.with_timing(number=2, repeat=1, min_repeat_ms=0)
-    rows, per_matrix = [], None
-    for n, entry in enumerate(corpus):
-        left = deadline - time.perf_counter()
-        if n >= min_matrices and per_matrix is not None and left < 1.5 * per_matrix:
-            log.warning("budget: sweep stops after %d matrices", n)
-            return rows, True
-        t0 = time.perf_counter()
-        matrix = entry.build()
-        row = {"name": entry.name, "family": entry.family, "shape": list(matrix.shape), "nnz": int(matrix.nnz),
-               "matrix": matrix, "ops": {}}
-        for op in OPS:
-            configs = space.create("gpu", op).configs()
-            results = quick.measure(op, matrix, configs, feat, seed=seed)
-            times = np.array([r.time_ms if r.ok else np.nan for r in results], dtype=np.float64)
-            row["ops"][op] = {"configs": configs, "times_ms": times,
-                              "errors": sorted({r.error for r in results if r.error})[:5]}
-        rows.append(row)
-        elapsed = time.perf_counter() - t0
-        per_matrix = elapsed if per_matrix is None else max(per_matrix, elapsed)
-        log.info("sweep %s (%d nnz): %.1f s", entry.name, matrix.nnz, elapsed)
-    return rows, False
+HBM_BYTES_PER_S = 4.8e12  # the H200's HBM3e peak; the floor below moves A, B and C once at it
+def hbm_floor_ms(op: str, matrix: sp.csr_matrix, feat: int, bandwidth: float = HBM_BYTES_PER_S) -> float:
+    """The time to move the op's operands once at `bandwidth`: A (int32 indptr and indices, float32
+    values), the dense inputs and the output (float32)."""
+    rows, cols = matrix.shape
+    sparse = 4 * (rows + 1) + 8 * matrix.nnz
+    dense = 4 * feat * (rows + cols)  # SpMM: B (cols x N) and C (rows x N); SDDMM: X and Y
+    out = 0 if op == "spmm" else 4 * matrix.nnz  # SDDMM's output: one value per nonzero
+    return 1e3 * (sparse + dense + out) / bandwidth
 
 
 def transfer(op: str, rows: list, finetune: int, samples: int, seed: int, *, epochs: int | None = None,
@@ -247,47 +248,92 @@ def transfer(op: str, rows: list, finetune: int, samples: int, seed: int, *, epo
             "picks": picks}
 
 
-def careful(timer, vendor, rows: list, transfers: dict, seed: int, top: int) -> None:
-    """Phase 5: the sweep's top configs, the baseline, the model's picks and cuSPARSE, side by side."""
+def load_models(ops=OPS) -> dict:
+    """op -> (model, source, notes): the shipped GPU model, else the CPU one zero-shot (notes say which)."""
+    from cognate_tvm import tuner
+
+    models = {}
+    for op in ops:
+        try:
+            models[op] = tuner.load_shipped_model(op, "gpu")
+        except Exception as err:  # noqa: BLE001 - recorded; tune is then skipped for the op
+            models[op] = (None, f"no model: {type(err).__name__}: {err}", [])
+    return models
+
+
+def tune_one(timer, op: str, row: dict, model, source: str, seed: int) -> dict:
+    """`tune --target cuda` as a user runs it (the shipped model's ranking, its default measurements),
+    on a matrix of the sweep; its pick is timed again beside the sweep's best in `careful_row`."""
+    from cognate_tvm import tuner
+
+    t0 = time.perf_counter()
+    try:
+        tuned = tuner.tune(op, row["matrix"], backend=timer, feat=row["feat"], model=model, model_source=source,
+                           seed=seed, name=row["name"])
+    except Exception as err:  # noqa: BLE001 - recorded; the other matrices still run
+        log.exception("tune %s on %s failed", op, row["name"])
+        return {"error": f"{type(err).__name__}: {err}", "seconds": time.perf_counter() - t0}
+    chosen = tuned.chosen
+    return {"config": None if chosen is None else chosen.config, "time_ms": tuner.chosen_time_ms(tuned),
+            "measurements": len(tuned.measured), "failed": len(tuned.failed), "model": tuned.model_source,
+            "notes": list(tuned.notes), "seconds": time.perf_counter() - t0}
+
+
+def careful_row(timer, vendor, row: dict, picks: dict, seed: int, top: int) -> None:
+    """Phase 5 on one matrix: the sweep's top configs, the baseline, the transfer's picks, tune's
+    choice and cuSPARSE, side by side; the HBM floor beside them."""
     from cognate_tvm import space
+
+    for op in OPS:
+        data = row["ops"][op]
+        gpu = space.create("gpu", op)
+        configs, times = data["configs"], data["times_ms"]
+        order = [i for i in np.argsort(times, kind="stable") if np.isfinite(times[i])]
+        chosen = [configs[i] for i in order[:top]]
+        model_picks = picks.get(op, {}).get("transfer", {}).get(row["name"], [])
+        tuned = picks.get(op, {}).get("tune", {}).get(row["name"], {})
+        tune_config = tuned.get("config")
+        candidates = list(dict.fromkeys(chosen + [gpu.baseline()] + list(model_picks)
+                                        + ([tune_config] if tune_config is not None else [])))
+        results = timer.measure(op, row["matrix"], candidates, row["feat"], check=True, seed=seed)
+        timed = {c: (r.time_ms if r.ok and r.correct else None) for c, r in zip(candidates, results)}
+        wrong = [{"config": r.config.to_dict(), "error": r.error, "wrong_runs": r.extra.get("wrong_runs")}
+                 for r in results if not (r.ok and r.correct)]
+        good = [t for t in timed.values() if t is not None]
+        try:
+            vendor_result = vendor.measure(op, row["matrix"], row["feat"], seed=seed, check=True)
+        except Exception as err:  # noqa: BLE001 - recorded; the speedups then stay empty
+            vendor_result = {"time_ms": None, "error": f"{type(err).__name__}: {err}"}
+        cusparse_ok = vendor_result.get("time_ms") if vendor_result.get("correct") is not False else None
+        best = min(good) if good else None
+        floor = hbm_floor_ms(op, row["matrix"], row["feat"])
+        data["careful"] = {
+            "oracle_ms": best, "oracle_config": next((c.to_dict() for c, t in timed.items() if t == best), None),
+            "baseline_ms": timed.get(gpu.baseline()),
+            "top1_ms": timed.get(model_picks[0]) if model_picks else None,
+            "top5_ms": min((timed[p] for p in model_picks if timed.get(p) is not None), default=None)
+            if model_picks else None,
+            "picks": [p.to_dict() for p in model_picks], "cusparse": vendor_result, "cusparse_ms": cusparse_ok,
+            "tune": {k: (v.to_dict() if k == "config" and v is not None else v) for k, v in tuned.items()},
+            "tune_ms": timed.get(tune_config) if tune_config is not None else None,
+            "hbm_floor_ms": floor, "oracle_of_floor": ratio(floor, best), "cusparse_of_floor": ratio(floor, cusparse_ok),
+            "wrong": wrong, "timed": len(candidates)}
+    log.info("careful %s: spmm best %s ms, tune %s ms, cuSPARSE %s ms", row["name"],
+             row["ops"]["spmm"]["careful"]["oracle_ms"], row["ops"]["spmm"]["careful"]["tune_ms"],
+             row["ops"]["spmm"]["careful"]["cusparse_ms"])
+
+
+def kernels_per_cusparse_call(vendor, rows: list, seed: int) -> None:
+    """What one cuSPARSE call launches (profiled last, so the profiler cannot slow any timing)."""
     from cognate_tvm.backends.cuda import launched_kernels
     from cognate_tvm.ops import get_op
 
-    for row in rows:
-        for op in OPS:
-            data = row["ops"][op]
-            gpu = space.create("gpu", op)
-            configs, times = data["configs"], data["times_ms"]
-            order = [i for i in np.argsort(times, kind="stable") if np.isfinite(times[i])]
-            chosen = [configs[i] for i in order[:top]]
-            picks = transfers.get(op, {}).get("picks", {}).get(row["name"], [])
-            candidates = list(dict.fromkeys(chosen + [gpu.baseline()] + list(picks)))
-            results = timer.measure(op, row["matrix"], candidates, row["feat"], check=True, seed=seed)
-            timed = {c: (r.time_ms if r.ok and r.correct else None) for c, r in zip(candidates, results)}
-            wrong = [{"config": r.config.to_dict(), "error": r.error, "wrong_runs": r.extra.get("wrong_runs")}
-                     for r in results if not (r.ok and r.correct)]
-            good = [t for t in timed.values() if t is not None]
-            try:
-                vendor_result = vendor.measure(op, row["matrix"], row["feat"], seed=seed, check=True)
-            except Exception as err:  # noqa: BLE001 - recorded; the speedups then stay empty
-                vendor_result = {"time_ms": None, "error": f"{type(err).__name__}: {err}"}
-            cusparse_ok = vendor_result.get("time_ms") if vendor_result.get("correct") is not False else None
-            best = min(good) if good else None
-            data["careful"] = {
-                "oracle_ms": best, "oracle_config": next((c.to_dict() for c, t in timed.items() if t == best), None),
-                "baseline_ms": timed.get(gpu.baseline()),
-                "top1_ms": timed.get(picks[0]) if picks else None,
-                "top5_ms": min((timed[p] for p in picks if timed.get(p) is not None), default=None) if picks else None,
-                "picks": [p.to_dict() for p in picks], "cusparse": vendor_result, "cusparse_ms": cusparse_ok,
-                "wrong": wrong, "timed": len(candidates)}
-        log.info("careful %s: spmm best %s ms vs cuSPARSE %s ms", row["name"],
-                 row["ops"]["spmm"]["careful"]["oracle_ms"], row["ops"]["spmm"]["careful"]["cusparse_ms"])
-    # what one cuSPARSE call launches (profiled last, so the profiler cannot slow any timing)
-    for op in OPS if rows else ():
-        first = rows[0]["ops"][op]["careful"]["cusparse"]
+    done = [r for r in rows if all("careful" in r["ops"][op] for op in OPS)]
+    for op in OPS if done else ():
+        first = done[0]["ops"][op]["careful"]["cusparse"]
         if first.get("time_ms") is not None:
-            launch, _ = vendor.launcher(op, rows[0]["matrix"], get_op(op).make_dense_inputs(
-                rows[0]["matrix"], rows[0]["feat"], seed=seed))
+            launch, _ = vendor.launcher(op, done[0]["matrix"], get_op(op).make_dense_inputs(
+                done[0]["matrix"], done[0]["feat"], seed=seed))
             first["kernels_per_call"] = launched_kernels(launch)
 
 
@@ -295,11 +341,19 @@ def ratio(a, b):
     return a / b if a is not None and b is not None and b > 0 else None
 
 
+def _subsets(rows: list) -> dict[str, list]:
+    """The matrices each claim is about: all, the R-MAT power-law graphs, regular ones of 1M+ nonzeros."""
+    return {"all": rows, "rmat": [r for r in rows if r["family"] == "rmat"],
+            "regular_1m": [r for r in rows if r["family"] not in ("rmat", "bipartite") and r["nnz"] >= 1_000_000],
+            "nnz_1m": [r for r in rows if r["nnz"] >= 1_000_000]}
+
+
 def summarize(rows: list, transfers: dict, report: Report) -> dict:
     out = {}
     for op in OPS:
         cs = [r["ops"][op].get("careful") for r in rows if r["ops"][op].get("careful")]
-        test = [c for c, r in zip(cs, rows) if r["ops"][op].get("careful", {}).get("picks")]
+        test = [c for c in cs if c.get("picks")]
+        tuned = [c for c in cs if c.get("tune_ms") is not None]
         corr = report.data.get("correctness", {}).get(op, {})
         out[op] = {
             "matrices": len(cs),
@@ -312,11 +366,28 @@ def summarize(rows: list, transfers: dict, report: Report) -> dict:
             "top1_of_oracle": geomean(ratio(c["oracle_ms"], c["top1_ms"]) for c in test),
             "top5_of_oracle": geomean(ratio(c["oracle_ms"], c["top5_ms"]) for c in test),
             "top5_over_baseline": geomean(ratio(c["baseline_ms"], c["top5_ms"]) for c in test),
+            "tune_matrices": len(tuned),
+            "tune_of_oracle": geomean(ratio(c["oracle_ms"], c["tune_ms"]) for c in tuned),
+            "tune_over_cusparse": geomean(ratio(c["cusparse_ms"], c["tune_ms"]) for c in tuned),
+            "tune_over_baseline": geomean(ratio(c["baseline_ms"], c["tune_ms"]) for c in tuned),
+            "tune_model": next((c["tune"].get("model") for c in tuned), None),
+            "tune_notes": next((c["tune"].get("notes") for c in tuned), None),
             "model": transfers.get(op, {}).get("model") or transfers.get(op, {}).get("error"),
             "correct": corr.get("correct"), "checked": corr.get("checked"),
             "cusparse_wrong": sum(c["cusparse"].get("correct") is False for c in cs),
             "careful_wrong": sum(len(c["wrong"]) for c in cs)}
+        for subset, members in _subsets(rows).items():
+            sub = [r["ops"][op]["careful"] for r in members if r["ops"][op].get("careful")]
+            out[op][f"{subset}_matrices"] = len(sub)
+            out[op][f"{subset}_best_over_cusparse"] = geomean(ratio(c["cusparse_ms"], c["oracle_ms"]) for c in sub)
+            out[op][f"{subset}_best_of_floor"] = geomean(c.get("oracle_of_floor") for c in sub)
+            out[op][f"{subset}_cusparse_of_floor"] = geomean(c.get("cusparse_of_floor") for c in sub)
     return out
+
+
+def _fmt(value, fmt: str = "{:.2f}x") -> str:
+    ok = value is not None and not (isinstance(value, float) and not np.isfinite(value))
+    return fmt.format(value) if ok else "n/a"
 
 
 def markdown(report: dict) -> str:
@@ -325,48 +396,139 @@ def markdown(report: dict) -> str:
              f"{report['arch']}, feat={report['feat']}", "",
              f"torch {env.get('torch')} (CUDA {env.get('torch_cuda')}), TVM {env.get('tvm')}, device code compiled "
              f"with {env.get('compile_mode')}; took {report.get('total_s', float('nan')):.0f} s"
-             + (" (budget reached: fewer matrices than asked)" if report.get("truncated") else "") + ".", "",
+             + (" (budget reached: fewer matrices or configs than asked, see `truncated` and `skipped`)"
+                if report.get("truncated") else "") + ".", "",
              "| | SpMM | SDDMM |", "|---|---|---|"]
-
-    def cell(op, key, fmt="{:.2f}x"):
-        value = summary.get(op, {}).get(key)
-        return "n/a" if value is None or (isinstance(value, float) and not np.isfinite(value)) else fmt.format(value)
-
-    rows = [("configs correct / checked (4 matrices, NaN-filled, timed run checked)", None),
-            ("matrices timed side by side with cuSPARSE", "matrices"),
-            ("best in space / cuSPARSE (geomean speedup)", "best_over_cusparse"),
-            ("baseline config / cuSPARSE", "baseline_over_cusparse"),
-            ("best in space / baseline config", "best_over_baseline"),
-            ("transfer test matrices", "transfer_test_matrices"),
-            ("model top-1 / cuSPARSE", "top1_over_cusparse"),
-            ("model top-5 / cuSPARSE", "top5_over_cusparse"),
-            ("model top-1, fraction of oracle", "top1_of_oracle"),
-            ("model top-5, fraction of oracle", "top5_of_oracle"),
-            ("model top-5 / baseline config", "top5_over_baseline")]
-    for title, key in rows:
+    table = [("configs correct / checked (4 matrices, NaN-filled, timed run checked)", None, None),
+             ("matrices timed side by side with cuSPARSE", "matrices", "{}"),
+             ("best in space / cuSPARSE (geomean speedup)", "best_over_cusparse", "{:.2f}x"),
+             ("... on the R-MAT power-law graphs", "rmat_best_over_cusparse", "{:.2f}x"),
+             ("... on regular matrices of 1M+ nonzeros", "regular_1m_best_over_cusparse", "{:.2f}x"),
+             ("best in space, fraction of the HBM floor (1M+ nonzeros)", "nnz_1m_best_of_floor", "{:.3f}"),
+             ("cuSPARSE, fraction of the HBM floor (1M+ nonzeros)", "nnz_1m_cusparse_of_floor", "{:.3f}"),
+             ("baseline config / cuSPARSE", "baseline_over_cusparse", "{:.2f}x"),
+             ("best in space / baseline config", "best_over_baseline", "{:.2f}x"),
+             ("matrices tuned (`tune`, default measurements)", "tune_matrices", "{}"),
+             ("tune's choice, fraction of the best in space", "tune_of_oracle", "{:.3f}"),
+             ("tune's choice / cuSPARSE", "tune_over_cusparse", "{:.2f}x"),
+             ("tune's choice / baseline config", "tune_over_baseline", "{:.2f}x"),
+             ("transfer test matrices", "transfer_test_matrices", "{}"),
+             ("model top-1, fraction of oracle", "top1_of_oracle", "{:.3f}"),
+             ("model top-5, fraction of oracle", "top5_of_oracle", "{:.3f}"),
+             ("model top-1 / cuSPARSE", "top1_over_cusparse", "{:.2f}x"),
+             ("model top-5 / cuSPARSE", "top5_over_cusparse", "{:.2f}x"),
+             ("model top-5 / baseline config", "top5_over_baseline", "{:.2f}x")]
+    for title, key, fmt in table:
         if key is None:
             values = [f"{summary.get(op, {}).get('correct')} / {summary.get(op, {}).get('checked')}" for op in OPS]
-        elif key in ("matrices", "transfer_test_matrices"):
-            values = [cell(op, key, "{}") for op in OPS]
-        elif "of_oracle" in key:
-            values = [cell(op, key, "{:.3f}") for op in OPS]
         else:
-            values = [cell(op, key) for op in OPS]
+            values = [_fmt(summary.get(op, {}).get(key), fmt) for op in OPS]
         lines.append(f"| {title} | {values[0]} | {values[1]} |")
     lines += ["", "Speedups are geomeans over matrices of (other time / our time); > 1 means ours is faster. "
               "All times: back-to-back launches between CUDA events, median of samples, every timed sample's "
               "output checked against scipy; cuSPARSE on the same int32 CSR arrays, SDDMM without a separate "
-              "multiply by A's values.", ""]
+              f"multiply by A's values. HBM floor: A, the dense inputs and the output moved once at "
+              f"{HBM_BYTES_PER_S / 1e12:.1f} TB/s.", ""]
     for op in OPS:
-        lines.append(f"- {op} model: {summary.get(op, {}).get('model')}")
+        lines.append(f"- {op} tune model: {summary.get(op, {}).get('tune_model')} "
+                     f"{' '.join(summary.get(op, {}).get('tune_notes') or [])}".rstrip())
+        if summary.get(op, {}).get("model"):
+            lines.append(f"- {op} transfer model: {summary.get(op, {}).get('model')}")
+    lines += ["", "| matrix | nnz | op | best ms | cuSPARSE ms | best / cuSPARSE | best / floor | tune ms | "
+              "tune / best |", "|---|---|---|---|---|---|---|---|---|"]
+    for m in report.get("matrices", []):
+        for op in OPS:
+            c = m.get(op) or {}
+            lines.append(f"| {m['name']} | {m['nnz']} | {op} | {_fmt(c.get('oracle_ms'), '{:.4f}')} | "
+                         f"{_fmt(c.get('cusparse_ms'), '{:.4f}')} | "
+                         f"{_fmt(ratio(c.get('cusparse_ms'), c.get('oracle_ms')))} | "
+                         f"{_fmt(c.get('oracle_of_floor'), '{:.3f}')} | {_fmt(c.get('tune_ms'), '{:.4f}')} | "
+                         f"{_fmt(ratio(c.get('oracle_ms'), c.get('tune_ms')), '{:.3f}')} |")
     return "\n".join(lines) + "\n"
+
+
+def sweep_corpus(args) -> list:
+    """The matrices to sweep, in order: `--new-matrices` (the must-show ones first), else a generated corpus."""
+    from cognate_tvm.matrix import generate_corpus
+    from cognate_tvm.sweep import named_matrices
+
+    if args.new_matrices:
+        return named_matrices(args.new_matrices)
+    return generate_corpus(args.matrices, seed=args.seed, min_rows=args.min_rows, max_rows=args.max_rows)
+
+
+def save_sweep_summary(report: Report, rows: list, sweeper, truncated: bool) -> None:
+    report["truncated"] = truncated
+    report["skipped"] = sweeper.skipped
+    report["sweep"] = [{"name": r["name"], "family": r["family"], "shape": r["shape"], "nnz": r["nnz"],
+                        "recipe": r["recipe"],
+                        **{op: {"configs": len(r["ops"][op]["configs"]), "swept": r["ops"][op]["swept"],
+                                "failed": int(r["ops"][op]["swept"] - np.isfinite(r["ops"][op]["times_ms"]).sum()),
+                                "errors": r["ops"][op]["errors"],
+                                "best_ms": float(np.nanmin(r["ops"][op]["times_ms"]))
+                                if np.isfinite(r["ops"][op]["times_ms"]).any() else None} for op in OPS}}
+                       for r in rows]
+    report.save()
+
+
+def run_transfer(args, rows: list) -> dict:
+    transfers: dict = {}
+    if args.finetune > 0 and len(rows) > args.finetune:
+        for op in OPS:
+            try:
+                transfers[op] = transfer(op, rows, args.finetune, args.finetune_configs, args.seed,
+                                         fit_epochs=args.fit_epochs)
+            except Exception as err:  # noqa: BLE001 - the timing below still runs
+                log.exception("transfer %s failed", op)
+                transfers[op] = {"error": f"transfer failed: {type(err).__name__}: {err}"}
+    return transfers
+
+
+def tune_and_time(args, timer, rows: list, transfers: dict, report: Report, deadline: float) -> list:
+    """Phases 4b and 5, matrix after matrix until `deadline`: tune on it, then time side by side."""
+    models = load_models() if args.tune else {}
+    picks = {op: {"transfer": transfers.get(op, {}).get("picks", {}), "tune": {}} for op in OPS}
+    vendor, done, per_row = timer.vendor(), [], None
+    for row in rows:
+        left = deadline - time.perf_counter()
+        if per_row is not None and left < per_row:
+            log.warning("budget: side-by-side timing stops after %d of %d matrices", len(done), len(rows))
+            report["timed_matrices_skipped"] = [r["name"] for r in rows[len(done):]]
+            break
+        t0 = time.perf_counter()
+        for op, (model, source, _notes) in models.items():
+            if model is not None:
+                picks[op]["tune"][row["name"]] = tune_one(timer, op, row, model, source, args.seed)
+        careful_row(timer, vendor, row, picks, args.seed, args.top)
+        done.append(row)
+        per_row = max(per_row or 0.0, time.perf_counter() - t0)
+        report["models"] = {op: {"source": m[1], "notes": m[2]} for op, m in models.items()}
+        finish(args, report, done, transfers)  # a run killed later still leaves the table so far
+    kernels_per_cusparse_call(vendor, done, args.seed)
+    return done
+
+
+def finish(args, report: Report, done: list, transfers: dict) -> str:
+    """Write the JSON's matrices and summary and the markdown table for the matrices `done`."""
+    report["matrices"] = matrix_entries(done)
+    report["summary"] = summarize(done, transfers, report)
+    report["total_s"] = time.perf_counter() - args.started
+    report.save()
+    md = markdown(report.data)
+    (args.out / "gpu_check.md").write_text(md)
+    return md
+
+
+def matrix_entries(rows: list) -> list:
+    return [{"name": r["name"], "family": r["family"], "shape": r["shape"], "nnz": r["nnz"],
+             **{op: r["ops"][op]["careful"] for op in OPS}} for r in rows]
 
 
 def run(args, report: Report) -> int:
     from cognate_tvm import backends
-    from cognate_tvm.matrix import generate_corpus
+    from cognate_tvm.sweep import Sweep
 
-    started = time.perf_counter()
+    started = args.started = time.perf_counter()
     deadline = started + args.budget_s
     timer = backends.create("cuda", arch=args.arch, number=args.number, repeat=args.repeat,
                             min_repeat_ms=args.min_sample_ms)
@@ -378,42 +540,21 @@ def run(args, report: Report) -> int:
     correctness(timer, report, args.seed)
     report.save()
 
-    corpus = generate_corpus(args.matrices, seed=args.seed, min_rows=args.min_rows, max_rows=args.max_rows)
-    # the sweep may use the budget up to what the later phases need (they are short)
-    rows, truncated = sweep(timer, corpus, args.feat, args.seed, deadline - args.reserve_s, args.min_matrices)
-    for row in rows:
-        row["feat"] = args.feat
-    report["truncated"] = truncated
-    report["sweep"] = [{"name": r["name"], "family": r["family"], "shape": r["shape"], "nnz": r["nnz"],
-                        **{op: {"configs": len(r["ops"][op]["configs"]),
-                                "failed": int(np.isnan(r["ops"][op]["times_ms"]).sum()),
-                                "errors": r["ops"][op]["errors"],
-                                "best_ms": float(np.nanmin(r["ops"][op]["times_ms"]))
-                                if np.isfinite(r["ops"][op]["times_ms"]).any() else None} for op in OPS}}
-                       for r in rows]
-    report.save()
+    env = report.data.get("environment", {})
+    sweeper = Sweep(timer.with_timing(number=2, repeat=1, min_repeat_ms=0), ops=OPS, feat=args.feat,
+                    seed=args.seed, deadline=deadline - args.reserve_s,
+                    dataset=args.dataset, archive=args.dataset_archive,
+                    metadata={k: env.get(k) for k in ("device", "tvm_device_name", "compute_version", "nvidia_smi",
+                                                      "torch", "torch_cuda", "compile_mode", "nvcc_version", "tvm")})
+    rows, truncated = sweeper.run(sweep_corpus(args))
+    save_sweep_summary(report, rows, sweeper, truncated)
 
-    transfers: dict = {}
-    if len(rows) > args.finetune:
-        for op in OPS:
-            try:
-                transfers[op] = transfer(op, rows, args.finetune, args.finetune_configs, args.seed,
-                                         fit_epochs=args.fit_epochs)
-            except Exception as err:  # noqa: BLE001 - the timing below still runs
-                log.exception("transfer %s failed", op)
-                transfers[op] = {"error": f"transfer failed: {type(err).__name__}: {err}"}
+    transfers = run_transfer(args, rows)
     report["transfer"] = {op: {k: v for k, v in t.items() if k != "picks"} for op, t in transfers.items()}
     report.save()
 
-    careful(timer, timer.vendor(), rows, transfers, args.seed, args.top)
-    report["matrices"] = [{"name": r["name"], "family": r["family"], "shape": r["shape"], "nnz": r["nnz"],
-                           **{op: r["ops"][op]["careful"] for op in OPS}} for r in rows]
-    report["summary"] = summarize(rows, transfers, report)
-    report["total_s"] = time.perf_counter() - started
-    report.save()
-    md = markdown(report.data)
-    (args.out / "gpu_check.md").write_text(md)
-    print(md)
+    done = tune_and_time(args, timer, rows, transfers, report, deadline)
+    print(finish(args, report, done, transfers))
     return 0
 
 
@@ -424,11 +565,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="< 5 min on an H200: 12 matrices of 8k-64k rows, 3 timed samples, budget 240 s")
     parser.add_argument("--feat", type=int, default=128)
-    parser.add_argument("--matrices", type=int, default=24)
-    parser.add_argument("--min-matrices", type=int, default=10, help="the sweep never stops before this many")
+    parser.add_argument("--matrices", type=int, default=24, help="generated corpus of this many matrices ...")
+    parser.add_argument("--new-matrices", default=None, metavar="FAMILY:ROWS:SEED[:perm],...",
+                        help="... or these matrices, swept in this order (put the ones that must be shown first)")
+    parser.add_argument("--dataset", type=Path, default=None,
+                        help="dataset directory the sweep's timings go to (default OUT/dataset)")
+    parser.add_argument("--dataset-archive", type=Path, default=None,
+                        help="a .tar.gz of the dataset, rewritten after every matrix (default: none)")
+    parser.add_argument("--no-tune", dest="tune", action="store_false",
+                        help="skip `tune` with the shipped GPU model on the swept matrices")
     parser.add_argument("--min-rows", type=int, default=4096)
     parser.add_argument("--max-rows", type=int, default=65536)
-    parser.add_argument("--finetune", type=int, default=5, help="matrices the model is fine-tuned on")
+    parser.add_argument("--finetune", type=int, default=5,
+                        help="matrices the CPU model is fine-tuned on in the transfer phase (0: no transfer phase)")
     parser.add_argument("--finetune-configs", type=int, default=100, help="sampled configs per fine-tune matrix")
     parser.add_argument("--fit-epochs", type=int, default=None,
                         help="epochs of the GPU-only model trained when no CPU model ships (--quick: 10)")
@@ -436,8 +585,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--number", type=int, default=10, help="back-to-back launches per timed sample (minimum)")
     parser.add_argument("--repeat", type=int, default=5, help="timed samples (median reported)")
     parser.add_argument("--min-sample-ms", type=float, default=2.0, help="a timed sample lasts at least this")
-    parser.add_argument("--budget-s", type=float, default=900.0, help="stop adding matrices after this")
-    parser.add_argument("--reserve-s", type=float, default=60.0, help="budget kept for transfer + careful timing")
+    parser.add_argument("--budget-s", type=float, default=900.0,
+                        help="seconds from the build on: the sweep skips or stops what does not fit, and "
+                             "the side-by-side timing stops adding matrices")
+    parser.add_argument("--reserve-s", type=float, default=60.0,
+                        help="of the budget, kept from the sweep for transfer, tune and side-by-side timing")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--compile-only", action="store_true", help="build + nvcc PTX only, no GPU needed")
     args = parser.parse_args(argv)
@@ -448,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         args.fit_epochs = 10 if args.fit_epochs is None else args.fit_epochs
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
+    args.dataset = args.dataset or args.out / "dataset"
     if args.compile_only:
         return compile_only(args)
     report = Report(args.out / "gpu_check.json", mode="gpu", quick=args.quick, arch=args.arch, feat=args.feat,

@@ -11,11 +11,12 @@ ranked. A third XGBoost row adds `cache_fit_features`: per config, an estimate o
 the gathered dense operand the modelled machine's L2 and LLC hold at the config's dense width.
 The best fixed config of the same n matrices and random-k are printed beside them.
 No source model and no validation choice enters: this measures how much the features can
-tell, not a tuning method. docs/transfer.md has the results (run V; the cache-fit row: run X).
+tell, not a tuning method. docs/transfer.md has the results (the locality probe, and its cache-fit row).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -27,12 +28,10 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import transfer  # noqa: E402
-
 from cognate_tvm.baselines import BestFixedRanker, RandomRanker, XGBoostRanker  # noqa: E402
 from cognate_tvm.matrix import hot_column_cover  # noqa: E402
 from cognate_tvm.simulator import HardwareParams  # noqa: E402
+from cognate_tvm import transfer  # noqa: E402
 from cognate_tvm.space import create as create_space  # noqa: E402
 
 
@@ -87,11 +86,9 @@ def draws(groups: list, n: int, seeds: int) -> list[tuple[int, list]]:
 
 
 def full_params(pool_matrices: int) -> transfer.Params:
-    """transfer.py's `--size full --pool-matrices N --pool-max-rows 1000000`, parsed by transfer.py itself,
-    so that its data is reused."""
-    params, _ = transfer.parse_args(["--size", "full", "--pool-matrices", str(pool_matrices),
-                                     "--pool-max-rows", "1000000"])
-    return params
+    """transfer.py's `--size full --pool-matrices N --pool-max-rows 1000000`, so that its data is reused."""
+    return dataclasses.replace(transfer.with_pool_matrices(transfer.SIZES["full"], pool_matrices),
+                               pool_max_rows=1_000_000)
 
 
 def probe(op: str, sizes: list[int], seeds: int, root: Path, params: transfer.Params) -> dict:

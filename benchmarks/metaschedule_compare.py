@@ -27,7 +27,7 @@ Beside them, the best fixed config, leave one out: on each matrix, the re-timed 
 with the best geomean on the other matrices (a pick that fails here scores 0 and counts
 as failed). With `--per-matrix-pool` (each matrix re-times only its own searches' picks, so
 there is no cross-matrix pool to choose from) it is instead the best fixed config that the
-model `CognateModel()` loads keeps from its own training matrices, re-timed on every matrix. Goal (the issue's): CognateModel reaches 0.95 within 8 trials, where
+model `CognateModel()` loads keeps from its own training matrices, re-timed on every matrix. Goal: CognateModel reaches 0.95 within 8 trials, where
 XGBoost needs at least 4x more trials. Outputs in --out: ``results.jsonl`` (one object
 per search; a rerun skips the searches already there), ``retimed.jsonl`` (per matrix and
 config, resumed the same way), ``summary.json``, ``summary.md`` and
@@ -56,7 +56,7 @@ from tqdm import tqdm
 
 from cognate_tvm import baselines
 from cognate_tvm.space import create as create_space
-from cognate_tvm.matrix import FAMILIES, generate
+from common import add_matrix_arguments, eval_matrices, present_geomean, quantiles, setup_logging
 
 EVAL_SEED = 9_100_000
 METHODS = ("cognate", "xgb", "random", "cognate_tune_kernels")
@@ -64,17 +64,6 @@ DEFAULT_METHODS = METHODS[:3]
 GOAL_FRACTION = 0.95
 LOO_FIXED = "chosen on the other matrices among the runs' best configs"
 log = logging.getLogger("metaschedule_compare")
-
-
-def eval_matrices(count: int, *, min_rows: int, max_rows: int, seed: int = EVAL_SEED):
-    rng = np.random.default_rng(seed)
-    families = sorted(FAMILIES)
-    out = []
-    for n in range(count):
-        family = families[n % len(families)]
-        rows = int(rng.integers(min_rows, max_rows + 1))
-        out.append((f"{family}_{rows}_{seed + n}", generate(family, rows, seed=seed + n)))
-    return out
 
 
 def cost_model(method: str, pretrained_root):
@@ -233,13 +222,6 @@ def add_retimed(views: list[dict], times: dict) -> None:
         v["retimed_best_ms"] = best_retimed_ms(times, v["matrix"])
 
 
-def quantiles(values) -> dict:
-    """``n``, ``median``, ``p10`` and ``p90`` of `values` (a non-empty sequence of floats)."""
-    values = np.asarray(values, dtype=float)
-    return {"n": int(values.size), "median": float(np.median(values)), "p10": float(np.percentile(values, 10)),
-            "p90": float(np.percentile(values, 90))}
-
-
 def record_drift(searches: list[dict], times: dict, methods) -> dict:
     """{method: how its searches' records compare with the re-timing: the ratio of each logged record
     to its config's re-timed median on that matrix (``n``, ``median``, ``p10``, ``p90``; None with no
@@ -259,7 +241,7 @@ def fractions_table(rows: list[dict], methods, trials, key: str) -> dict:
         for t in trials:
             fractions = [r.get(key) for r in rows if r["method"] == method and r["trials"] == t]
             ok = [f for f in fractions if f]
-            table[f"{method}@{t}"] = {"geomean_fraction": float(np.exp(np.mean(np.log(ok)))) if ok else None,
+            table[f"{method}@{t}"] = {"geomean_fraction": present_geomean(ok),
                                      "runs": len(fractions), "failed": len(fractions) - len(ok)}
     return table
 
@@ -291,7 +273,7 @@ def summarize(rows: list[dict], methods, trials, fixed: dict | None = None) -> d
         return None
 
     fixed_ok = [f for f in (fixed or {}).values() if f]
-    best_fixed = {"geomean_fraction": float(np.exp(np.mean(np.log(fixed_ok)))) if fixed_ok else None,
+    best_fixed = {"geomean_fraction": present_geomean(fixed_ok),
                   "matrices": len(fixed or {}), "failed": len(fixed or {}) - len(fixed_ok), "per_matrix": fixed}
     return {"table": table, "retimed_table": retimed, "confirmed_table": confirmed, "best_fixed": best_fixed,
             "matrices": len(best), "goal_fraction": GOAL_FRACTION,
@@ -377,9 +359,7 @@ def plot(summary: dict, methods, trials, path: Path) -> None:
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     """The op and the matrix set (`eval_matrices`), shared with runner_drift.py so both see the same matrices."""
     parser.add_argument("--op", default="spmm", choices=["spmm", "sddmm"])
-    parser.add_argument("--matrices", type=int, default=5)
-    parser.add_argument("--min-rows", type=int, default=4000)
-    parser.add_argument("--max-rows", type=int, default=30000)
+    add_matrix_arguments(parser, matrices=5, min_rows=4000, max_rows=30000)
     parser.add_argument("--feat", type=int, default=128)
 
 
@@ -402,7 +382,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     # the re-timing runs in this process: size TVM's thread pool as the searches' runners do
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    setup_logging()
     args.out.mkdir(parents=True, exist_ok=True)
     trials = sorted(set(args.trials))
     if trials[0] < 1 or args.retime_rounds < 0 or args.finalists < 1:
@@ -413,7 +393,7 @@ def main(argv=None) -> int:
         done = {(r["matrix"], r["method"], r.get("max_trials")): r
                 for r in map(json.loads, results_path.read_text().splitlines()) if r}
     searches = []
-    matrices = eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows)
+    matrices = eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows, seed=EVAL_SEED)
     for name, matrix in matrices:
         for method in args.methods:
             key = (name, method, trials[-1])

@@ -9,7 +9,7 @@ the wrong kernels. This script
 2. measures on each the baseline (where reachable), `--uniform` configs sampled over the MetaSchedule space's
    candidates at `--threads` (every knob value covered) and `--top` drawn from the shipped model's
    3 x `--top` best-ranked of them (where a search looks first), as `tune_sparse` builds them
-   (`backends.metaschedule.MetaScheduleBackend`: side by side, outputs checked against scipy),
+   (`metaschedule.MetaScheduleBackend`: side by side, outputs checked against scipy),
    into a resumable dataset (`--data`),
 3. fine-tunes the shipped `<op>-cpu-<T>t` model on the train matrices, once per learning rate of
    `--lrs`; the validation matrices choose the epoch and the learning rate,
@@ -35,14 +35,15 @@ import numpy as np
 import torch
 
 from cognate_tvm import baselines
-from cognate_tvm.backends.metaschedule import MetaScheduleBackend
+from cognate_tvm.metaschedule import MetaScheduleBackend
 from cognate_tvm.data import collect, groups_from_frame, load_frame, select, split_by_matrix
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.metaschedule import METASCHEDULE_PLATFORM, reachable_configs
-from cognate_tvm.model.pretrained import CARD_FILE, PRETRAINED_DIR, threaded_platform
+from cognate_tvm.model.pretrained import CARD_FILE, PRETRAINED_DIR, model_card, threaded_platform
 from cognate_tvm.space.cpu import CPUSpace
 from cognate_tvm.train import evaluate as evaluate_group_set
 from cognate_tvm.tuner import load_shipped_model
+from common import setup_logging
 
 log = logging.getLogger("metaschedule_finetune")
 
@@ -104,29 +105,25 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def model_card(args, frame, split, results, lr, val_score, seconds, name: str) -> str:
+def card_text(args, frame, split, results, lr, val_score, seconds, name: str) -> str:
     command = " ".join(["python benchmarks/metaschedule_finetune.py"] + sys.argv[1:])
-    return f"""# cognate-tvm cost model of MetaSchedule's CPU kernels: {args.op} ({name.split('-', 1)[1]})
-
-- What for: `CognateModel()` loads it in `tune_sparse` searches of {args.op} on {args.threads} thread(s)
-  (docs/metaschedule.md). It ranks configs of the CPU space as MetaSchedule builds them
-  (`metaschedule.schedule_config`), not as `tune` does.
-- Start: the shipped `{args.op}-{threaded_platform('cpu', args.threads)}` model (tune's kernels), fine-tuned.
-- Data: {frame['matrix'].nunique()} generated matrices (corpus `{args.corpus}`, {args.min_rows}-{args.max_rows} rows),
-  {len(frame)} measurements ({int(frame['time_ms'].isna().sum())} failed) at N = {args.feat}, timed with
-  `backends.metaschedule.MetaScheduleBackend` ({args.rounds} side-by-side rounds per matrix, outputs checked).
-  Per matrix: the baseline (where reachable), {args.uniform} configs sampled over the space, {args.top} of the shipped model's
-  {3 * args.top} best-ranked. Stored in `{args.data}`.
-- Split by matrix (seed {args.split_seed}): {len(split[0])} train / {len(split[1])} validation / {len(split[2])} test.
-- Fine-tuning: the model's fine-tune recipe (frozen parts from its config), up to {args.epochs} epochs;
-  validation top-1 chose lr {lr:g} of {args.lrs} and its epoch ({val_score:.3f}). {seconds:.0f} s in all.
-
-## Test matrices (each method picks among the configs measured on the matrix)
-
-{markdown(results)}
-
-Rebuild: `{command}`
-"""
+    facts = [
+        f"What for: `CognateModel()` loads it in `tune_sparse` searches of {args.op} on {args.threads} thread(s)\n"
+        "  (docs/metaschedule.md). It ranks configs of the CPU space as MetaSchedule builds them\n"
+        "  (`metaschedule.schedule_config`), not as `tune` does.",
+        f"Start: the shipped `{args.op}-{threaded_platform('cpu', args.threads)}` model (tune's kernels), fine-tuned.",
+        f"Data: {frame['matrix'].nunique()} generated matrices (corpus `{args.corpus}`, {args.min_rows}-{args.max_rows} "
+        f"rows),\n  {len(frame)} measurements ({int(frame['time_ms'].isna().sum())} failed) at N = {args.feat}, timed "
+        f"with\n  `metaschedule.MetaScheduleBackend` ({args.rounds} side-by-side rounds per matrix, outputs checked).\n"
+        f"  Per matrix: the baseline (where reachable), {args.uniform} configs sampled over the space, {args.top} of the "
+        f"shipped model's\n  {3 * args.top} best-ranked. Stored in `{args.data}`.",
+        f"Split by matrix (seed {args.split_seed}): {len(split[0])} train / {len(split[1])} validation / "
+        f"{len(split[2])} test.",
+        f"Fine-tuning: the model's fine-tune recipe (frozen parts from its config), up to {args.epochs} epochs;\n"
+        f"  validation top-1 chose lr {lr:g} of {args.lrs} and its epoch ({val_score:.3f}). {seconds:.0f} s in all."]
+    return model_card(title=f"cognate-tvm cost model of MetaSchedule's CPU kernels: {args.op} ({name.split('-', 1)[1]})",
+                      facts=facts, table=markdown(results), command=command,
+                      table_heading="Test matrices (each method picks among the configs measured on the matrix)")
 
 
 def parse_args(argv):
@@ -155,7 +152,7 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    setup_logging()
     torch.manual_seed(args.seed)
     start = time.time()
     space = CPUSpace(args.op)
@@ -190,7 +187,7 @@ def main(argv=None) -> int:
         name = f"{args.op}-{threaded_platform(METASCHEDULE_PLATFORM, args.threads)}"
         ship = args.pretrained_dir / name
         model.save(ship)
-        (ship / CARD_FILE).write_text(model_card(args, frame, split, results, lr, val_score, seconds, name))
+        (ship / CARD_FILE).write_text(card_text(args, frame, split, results, lr, val_score, seconds, name))
         print(f"shipped {ship}")
     return 0
 

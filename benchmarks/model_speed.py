@@ -31,6 +31,7 @@ from cognate_tvm.data import Group
 from cognate_tvm.matrix import as_csr, generate
 from cognate_tvm.model import CognateCostModel, ModelConfig
 from cognate_tvm.space import create as create_space
+from common import setup_logging
 
 logger = logging.getLogger("model_speed")
 
@@ -104,7 +105,7 @@ def main(argv=None) -> int:
     parser.add_argument("--train-configs", type=int, default=100)
     parser.add_argument("--train-epochs", type=int, default=3)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    setup_logging(plain=True)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     space = create_space(args.platform, args.op)

@@ -33,10 +33,9 @@ from cognate_tvm.metrics import diverse_top_k_time, geomean
 from cognate_tvm.model.cognate import CognateCostModel
 from cognate_tvm.model.pretrained import PRETRAINED_DIR
 from cognate_tvm.space import create as create_space
+from cognate_tvm.transfer import SIZES, evaluation_split  # the transfer protocol's corpus and split
 from cognate_tvm.tuner import pick_top
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from transfer import SIZES, evaluation_split  # noqa: E402  (the transfer benchmark's corpus and split)
+from common import setup_logging
 
 log = logging.getLogger("pick_distance")
 DEFAULT_MODELS = ("{op}-spade", "{op}-cpu-2t", "{op}-cpu")
@@ -101,7 +100,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if min(args.distances) < 1 or min(args.ks) < 2:
         parser.error("--distances must be >= 1 and --ks >= 2 (tune-like needs room for a ranked pick)")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    setup_logging()
     params = dataclasses.replace(SIZES[args.size], threads=args.threads)
     start = time.perf_counter()
     result = {"command": "python benchmarks/pick_distance.py " + " ".join(sys.argv[1:] if argv is None else argv),

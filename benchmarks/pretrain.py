@@ -47,9 +47,10 @@ from cognate_tvm.data import groups_from_frame, load_frame, select, split_by_mat
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.model import ModelConfig
 from cognate_tvm.model.cognate import FIXED_MIN_GROUPS, CognateCostModel
-from cognate_tvm.model.pretrained import CARD_FILE, load_pretrained, pretrained_path, threaded_platform
+from cognate_tvm.model.pretrained import CARD_FILE, load_pretrained, model_card, pretrained_path, threaded_platform
 from cognate_tvm.space import create as create_space
 from cognate_tvm.train import evaluate
+from common import setup_logging
 
 logger = logging.getLogger("pretrain")
 
@@ -171,7 +172,7 @@ def refresh_fixed(ship: Path, train, space, threads: int) -> int:
     return 0
 
 
-def model_card(args, frame, split, results, model, seconds, platform: str) -> str:
+def card_text(args, frame, split, results, model, seconds, platform: str) -> str:
     feats = sorted(int(f) for f in frame["feat"].unique())
     train = model.config.train
     metric = f"val_{train.select_metric}"
@@ -184,25 +185,23 @@ def model_card(args, frame, split, results, model, seconds, platform: str) -> st
     command = " ".join(["python benchmarks/pretrain.py"] + sys.argv[1:])
     threads = ", ".join(str(t) for t in data_threads(frame))
     start = "" if args.init is None else f"starting from the weights of `{args.init}` (`--init`), "
-    return f"""# cognate-tvm pre-trained CPU cost model: {args.op} ({platform})
-
-- Platform: cpu (`llvm`, TVM-compiled TensorIR kernels, timed on {threads} thread(s)); shipped as
-  `{args.op}-{platform}`, which `tune` loads for kernels on that many threads. Format: `CognateCostModel.save`.
-- Data: {frame['matrix'].nunique()} generated matrices (corpus `{args.corpus}`, {args.min_rows}-{args.max_rows}
-  rows, all families), {len(frame)} measurements ({int(frame['time_ms'].isna().sum())} failed), dense widths
-  {feats}; measured with `python -m cognate_tvm.collect` (docs/pretraining.md).
-- Split by matrix (seed {args.split_seed}): {len(split[0])} train / {len(split[1])} validation / {len(split[2])} test.
-- Training: {start}{loss}, featurizer trained end to end, {args.epochs} epochs max,
-  lr {args.lr}; validation {train.select_metric.replace('_', ' ')} picked epoch {best_epoch.get('epoch')}
-  ({best_epoch.get(metric, float('nan')):.3f}). {seconds:.0f} s on this machine.
-
-## Test split (unseen matrices; each method picks among the configs measured on the matrix)
-
-{markdown(results, 'all')}
-
-Rebuild: `{command}`
-
-{fixed_section(model, create_space("cpu", args.op))}"""
+    facts = [
+        f"Platform: cpu (`llvm`, TVM-compiled TensorIR kernels, timed on {threads} thread(s)); shipped as\n"
+        f"  `{args.op}-{platform}`, which `tune` loads for kernels on that many threads. Format: "
+        "`CognateCostModel.save`.",
+        f"Data: {frame['matrix'].nunique()} generated matrices (corpus `{args.corpus}`, {args.min_rows}-"
+        f"{args.max_rows}\n  rows, all families), {len(frame)} measurements ({int(frame['time_ms'].isna().sum())} "
+        f"failed), dense widths\n  {feats}; measured with `python -m cognate_tvm.collect` (docs/pretraining.md).",
+        f"Split by matrix (seed {args.split_seed}): {len(split[0])} train / {len(split[1])} validation / "
+        f"{len(split[2])} test.",
+        f"Training: {start}{loss}, featurizer trained end to end, {args.epochs} epochs max,\n"
+        f"  lr {args.lr}; validation {train.select_metric.replace('_', ' ')} picked epoch {best_epoch.get('epoch')}\n"
+        f"  ({best_epoch.get(metric, float('nan')):.3f}). {seconds:.0f} s on this machine."]
+    return model_card(title=f"cognate-tvm pre-trained CPU cost model: {args.op} ({platform})", facts=facts,
+                      table=markdown(results, "all"), command=command,
+                      table_heading="Test split (unseen matrices; each method picks among the configs measured on "
+                                    "the matrix)",
+                      after=fixed_section(model, create_space("cpu", args.op)))
 
 
 def main(argv=None) -> int:
@@ -224,7 +223,7 @@ def main(argv=None) -> int:
                         help="start from a saved model: 'shipped' (the package's CPU model of --op) or a directory")
     parser.add_argument("--locality", action="store_true",
                         help="the featurizer also reads each matrix's locality_profile (with --init: the init "
-                             "model widened, its new inputs starting at zero weight; docs/transfer.md run V)")
+                             "model widened, its new inputs starting at zero weight; docs/transfer.md)")
     parser.add_argument("--ship", type=Path, default=None,
                         help="where to save the model (default: package data, <op>-cpu or <op>-cpu-<T>t)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/pretrain"))
@@ -232,7 +231,7 @@ def main(argv=None) -> int:
                         help="only compute the train split's best fixed configs for the model at --ship, and save it")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging()
     torch.set_num_threads(args.threads)
     space = create_space("cpu", args.op)
     frame, groups = load_groups(args, space)
@@ -259,7 +258,7 @@ def main(argv=None) -> int:
     results_val = evaluate_all(methods, val, space)
     ship = args.ship or pretrained_path(args.op, platform)
     model.save(ship)
-    (ship / CARD_FILE).write_text(model_card(args, frame, split, results, model, seconds, platform))
+    (ship / CARD_FILE).write_text(card_text(args, frame, split, results, model, seconds, platform))
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"op": args.op, "split": {"train": split[0], "validation": split[1], "test": split[2]},
               "test": results, "validation": results_val, "history": model.history, "train_seconds": seconds,

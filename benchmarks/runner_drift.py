@@ -21,8 +21,6 @@ config's slowest round over its fastest (median over configs).
 from __future__ import annotations
 
 import argparse
-import functools
-import importlib.util
 import json
 import logging
 import os
@@ -33,17 +31,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from common import eval_matrices, quantiles, setup_logging
+from metaschedule_compare import EVAL_SEED, add_workload_arguments
+
 log = logging.getLogger("runner_drift")
-
-
-@functools.cache
-def _compare_module():
-    """metaschedule_compare.py's matrices: the same generator and seeds."""
-    spec = importlib.util.spec_from_file_location("metaschedule_compare",
-                                                  Path(__file__).with_name("metaschedule_compare.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def sample_configs(op: str, matrix, feat: int, threads: int, count: int, seed: int) -> list:
@@ -130,7 +121,7 @@ def summarize(rows: list[dict]) -> dict:
         return float(np.median([max(t) / min(t) for t in by_config.values()]))
 
     def block(subset):
-        return {"ratio": _compare_module().quantiles([r["runner_ms"] / r["process_ms"] for r in subset]),
+        return {"ratio": quantiles([r["runner_ms"] / r["process_ms"] for r in subset]),
                 "runner_spread": spread(subset, "runner_ms"), "process_spread": spread(subset, "process_ms")}
 
     names = list(dict.fromkeys(r["matrix"] for r in rows))
@@ -150,9 +141,8 @@ def markdown(summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-    compare = _compare_module()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    compare.add_workload_arguments(parser)
+    add_workload_arguments(parser)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--configs", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=4)
@@ -162,9 +152,9 @@ def main(argv=None) -> int:
     if min(args.matrices, args.configs, args.rounds) < 1:
         parser.error("--matrices, --configs and --rounds must be >= 1")
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # this process's kernels: as the runner's
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    setup_logging()
     args.out.mkdir(parents=True, exist_ok=True)
-    matrices = compare.eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows)
+    matrices = eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows, seed=EVAL_SEED)
     times_path = args.out / "times.jsonl"
     rows = [json.loads(line) for line in times_path.read_text().splitlines()] if times_path.is_file() else []
     done = {r["matrix"] for r in rows}  # a matrix's rows are written together: resume after the last one

@@ -38,6 +38,7 @@ from tqdm import tqdm
 from cognate_tvm import simulator
 from cognate_tvm.matrix import as_csr, generate_corpus
 from cognate_tvm.space import create as create_space
+from common import setup_logging
 
 logger = logging.getLogger("spade_space")
 
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--speed-rows", type=int, default=100_000)
     parser.add_argument("--skip-speed", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    setup_logging(plain=True)
 
     args.out.mkdir(parents=True, exist_ok=True)
     records = simulate_corpus(args, args.out)

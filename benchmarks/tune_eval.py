@@ -61,24 +61,13 @@ import numpy as np
 
 from cognate_tvm import baselines, space, tuner
 from cognate_tvm.backends.base import pick_checked, time_side_by_side
-from cognate_tvm.matrix import FAMILIES, generate, load_matrix
+from cognate_tvm.matrix import load_matrix
 from cognate_tvm.ops import get_op
 from cognate_tvm.search import DEFAULT_STRATEGY, STRATEGIES
+from common import add_matrix_arguments, eval_matrices, present_geomean, setup_logging
 
 EVAL_SEED = 9_000_000
 log = logging.getLogger("tune_eval")
-
-
-def eval_matrices(count: int, *, min_rows: int, max_rows: int, seed: int = EVAL_SEED):
-    """(name, matrix) of `count` unseen generated matrices, families in turn."""
-    rng = np.random.default_rng(seed)
-    families = sorted(FAMILIES)
-    out = []
-    for n in range(count):
-        family = families[n % len(families)]
-        rows = int(rng.integers(min_rows, max_rows + 1))
-        out.append((f"{family}_{rows}_{seed + n}", generate(family, rows, seed=seed + n)))
-    return out
 
 
 def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, pretrained_root, vendor,
@@ -231,14 +220,9 @@ def _ratio(a, b):
     return a / b if a and b else None
 
 
-def geomean(values) -> float | None:
-    values = [v for v in values if v]
-    return float(np.exp(np.mean(np.log(values)))) if values else None
-
-
 def summarize(rows: list[dict], args) -> dict:
     """Geomeans of the re-timed `rows`; the spread of random with tune's budget comes from the sweeps."""
-    speedups = {m: geomean(r[f"{m}_speedup"] for r in rows) for m in PICKS}
+    speedups = {m: present_geomean(r[f"{m}_speedup"] for r in rows) for m in PICKS}
     same = random_same_budget(rows, args.top_k, seed=args.seed)
     return {"matrices": len(rows), "op": args.op, "target": args.target, "feat": args.feat, "top_k": args.top_k,
             "search": args.search,
@@ -248,9 +232,9 @@ def summarize(rows: list[dict], args) -> dict:
             "tune_oneshot_fraction_of_random": _ratio(speedups["tune_oneshot"], speedups["random"]),
             "random_same_budget_sweep_median": same["median"], "random_same_budget_sweep_p10": same["p10"],
             "random_same_budget_sweep_p90": same["p90"],
-            "tune_vs_vendor_geomean": geomean(r.get("tune_vs_vendor") for r in rows),
+            "tune_vs_vendor_geomean": present_geomean(r.get("tune_vs_vendor") for r in rows),
             "tune_measurements_max": max((r["tune_measurements"] for r in rows), default=None),
-            **{f"{m}_oracle_fraction_geomean": geomean(r.get(f"{m}_oracle_fraction") for r in rows)
+            **{f"{m}_oracle_fraction_geomean": present_geomean(r.get(f"{m}_oracle_fraction") for r in rows)
                for m in (*PICKS, "baseline")},
             "goal": "tune_fraction_of_random >= 1.0 with at most 8 measurements, ahead of best_fixed"}
 
@@ -330,9 +314,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--op", default="spmm", choices=["spmm", "sddmm"])
     parser.add_argument("--target", default="llvm")
-    parser.add_argument("--matrices", type=int, default=10)
-    parser.add_argument("--min-rows", type=int, default=2000)
-    parser.add_argument("--max-rows", type=int, default=60000)
+    add_matrix_arguments(parser, matrices=10, min_rows=2000, max_rows=60000)
     parser.add_argument("--feat", type=int, default=128)
     parser.add_argument("--top-k", type=int, default=None,
                         help="configs tune measures after the baseline (default: the search strategy's)")
@@ -357,7 +339,7 @@ def main(argv=None) -> int:
                         help="also sweep the space (whole on spade) and report picks as fractions of its best")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    setup_logging()
     args.out.mkdir(parents=True, exist_ok=True)
     options = {"num_threads": args.threads} if args.threads and args.target == "llvm" else {}
     backend = tuner.create_backend(args.target, **options)
@@ -367,7 +349,7 @@ def main(argv=None) -> int:
         done = {r["matrix"]: r for r in map(json.loads, results_path.read_text().splitlines()) if r}
     rows = []
     matrices = ({p.stem: load_matrix(p) for p in args.matrix_file} if args.matrix_file else
-                dict(eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows)))
+                dict(eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows, seed=EVAL_SEED)))
     for name, matrix in matrices.items():
         if name in done:
             rows.append(done[name])

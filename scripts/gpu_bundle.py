@@ -5,8 +5,9 @@ nothing can be fetched there: what it lacks travels as ignored files inside
 the repository's working tree, at most 64 MiB per device call (tree included).
 The apache-tvm wheel alone is 100 MB, so the payload is trimmed, compressed
 with xz (x86 branch filter + LZMA2) and, when it is still too large for one
-call, split into parts that go over several calls to a warm machine (ignored
-files in the tree stay there between calls). docs/gpu.md says how to run it.
+call, cut into parts that go over several calls to a warm machine, where
+`scripts/gpu_run.sh` copies each call's parts outside the repository (files a
+call carries are gone at the next one). docs/gpu.md says how to run it.
 
 Groups (each one .tar.xz, split into parts when needed):
 
@@ -25,9 +26,16 @@ Groups (each one .tar.xz, split into parts when needed):
 
 Output (``--out``, default ``.gpu_bundle/cp312``): ``manifest.json`` (files,
 sizes, sha256, what was dropped) and ``call1/``, ``call2/``, ...: the files to
-carry in each device call, each call within ``--call-mib`` minus the tree.
+carry in each device call. The archives, laid end to end, are dealt over the
+fewest calls that each fit in ``--call-mib`` beside the working tree (its
+tracked and untracked-not-ignored files, measured here, or ``--tree-mib``),
+as evenly as possible; more than ``--max-calls`` (default 2) fails, naming the
+tree's heaviest folders. ``check`` (run in the checkout the device calls will
+send) says whether each call still fits beside that tree and prints what to
+carry.
 
-    nice -n 19 python scripts/gpu_bundle.py --python 3.12
+    nice -n 19 python scripts/gpu_bundle.py build --python 3.12 [--tree-mib 20]
+    python scripts/gpu_bundle.py check [--bundle .gpu_bundle/cp312]
 """
 from __future__ import annotations
 
@@ -154,17 +162,16 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def split_file(path: Path, out_dir: Path, max_bytes: int) -> list[Path]:
-    """Cut `path` into ceil(size / max_bytes) parts of (nearly) equal size: NAME.part-00, ..."""
+def split_file(path: Path, out_dir: Path, part_sizes: list[int]) -> list[Path]:
+    """Cut `path` into parts of `part_sizes` bytes (they sum to its size): NAME.part-00, ..."""
     size = path.stat().st_size
-    count = max(1, -(-size // max_bytes))
-    step = -(-size // count)
+    if sum(part_sizes) != size or min(part_sizes) < 1:
+        raise ValueError(f"{path.name}: part sizes {part_sizes} do not cut its {size} bytes")
     parts = []
     with open(path, "rb") as f:
-        for n in range(count):
+        for n, left in enumerate(part_sizes):
             part = out_dir / f"{path.name}.part-{n:02d}"
             with open(part, "wb") as dst:
-                left = min(step, size - n * step)
                 while left > 0:
                     block = f.read(min(left, 1 << 20))
                     dst.write(block)
@@ -184,27 +191,72 @@ def group_entry(archive: Path, parts: list[Path]) -> dict:
             "parts": [{"file": p.name, "bytes": p.stat().st_size, "sha256": sha256(p)} for p in parts]}
 
 
-def plan_calls(files: list[tuple[str, int]], budget: int) -> list[list[str]]:
-    """Group (name, size) files, in order, into calls of at most `budget` bytes each."""
-    calls: list[list[str]] = [[]]
-    used = 0
-    for name, size in files:
-        if size > budget:
-            raise ValueError(f"{name} ({size} bytes) exceeds the per-call budget of {budget} bytes")
-        if used + size > budget and calls[-1]:
-            calls.append([])
-            used = 0
-        calls[-1].append(name)
-        used += size
+class PayloadTooLarge(RuntimeError):
+    """The payload and the working tree need more device calls than allowed."""
+
+
+def plan_calls(groups: list[tuple[str, int]], room: int, max_calls: int) -> list[list[tuple[str, int]]]:
+    """Deal the archives `groups` ((name, bytes), in order) over the fewest calls of at most `room`
+    bytes each, the calls as even as they can be: call k carries bytes [k*T, (k+1)*T) of the
+    archives laid end to end (T = total / calls), so an archive is cut only at a call's edge.
+
+    Returns, per call, its pieces as (group name, bytes); a group's pieces in order are its parts.
+    Raises PayloadTooLarge when more than `max_calls` calls are needed, ValueError when `room` <= 0.
+    """
+    if room <= 0:
+        raise PayloadTooLarge(f"the working tree leaves no room for the payload in a call (room {room} bytes)")
+    total = sum(size for _, size in groups)
+    count = max(1, -(-total // room))
+    if count > max_calls:
+        raise PayloadTooLarge(f"the payload ({total / MIB:.1f} MiB) needs {count} calls of {room / MIB:.1f} MiB "
+                              f"room each, more than --max-calls {max_calls}")
+    target = -(-total // count)
+    calls: list[list[tuple[str, int]]] = [[] for _ in range(count)]
+    offset = 0
+    for name, size in groups:
+        left = size
+        while left > 0:
+            call = min(offset // target, count - 1)
+            piece = min(left, (call + 1) * target - offset) if call < count - 1 else left
+            calls[call].append((name, piece))
+            offset += piece
+            left -= piece
     return calls
 
 
-def tree_bytes(repo: Path = REPO) -> int:
-    """Bytes of the working tree a device call copies: tracked and untracked-not-ignored files."""
+def heaviest_folders(repo: Path = REPO, *, depth: int = 2, top: int = 6) -> list[tuple[str, int]]:
+    """The folders (up to `depth` levels) of the working tree a device call sends that weigh most."""
+    weights: dict[str, int] = {}
+    for name, size in tree_files(repo):
+        parts = name.split("/")[:-1]
+        for level in range(1, min(depth, len(parts)) + 1):
+            folder = "/".join(parts[:level])
+            weights[folder] = weights.get(folder, 0) + size
+    ranked = sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))
+    # a folder whose weight is nearly all in one subfolder says less than that subfolder
+    return [(f, w) for f, w in ranked if not any(o.startswith(f + "/") and ow >= 0.9 * w for o, ow in ranked)][:top]
+
+
+def describe_tree(repo: Path = REPO) -> str:
+    return ", ".join(f"{folder}/ {size / MIB:.1f} MiB" for folder, size in heaviest_folders(repo))
+
+
+def tree_files(repo: Path = REPO) -> list[tuple[str, int]]:
+    """(path, bytes) of the working tree a device call copies: tracked and untracked-not-ignored files,
+    plus a `shared/` folder inside the checkout (it travels even when ignored)."""
     out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=repo,
                          capture_output=True, check=True).stdout
-    return sum((repo / name).stat().st_size for name in set(out.decode().split("\0")) if name
-               and (repo / name).is_file())
+    names = {name for name in out.decode().split("\0") if name}
+    shared = repo / "shared"
+    if shared.is_dir():
+        names |= {p.relative_to(repo).as_posix() for p in shared.rglob("*") if p.is_file()}
+    return [(name, (repo / name).stat().st_size) for name in sorted(names)
+            if (repo / name).is_file() and not (repo / name).is_symlink()]
+
+
+def tree_bytes(repo: Path = REPO) -> int:
+    """Bytes of the working tree a device call copies (`tree_files`)."""
+    return sum(size for _, size in tree_files(repo))
 
 
 # -- wheels ---------------------------------------------------------------------------------
@@ -361,44 +413,85 @@ def build(args) -> dict:
             report["groups"]["extra"] = build_group("extra", extra_wheels, work, archives["extra"], xz)
 
         # parts and calls
-        tree = tree_bytes()
-        budget = args.call_mib * MIB - tree - MARGIN_MIB * MIB
-        if budget <= 0:
-            raise ValueError(f"the working tree ({tree} bytes) leaves no room in a {args.call_mib} MiB call")
-        shutil.rmtree(out, ignore_errors=True)
-        staging = out / "all"
-        staging.mkdir(parents=True)
-        files: list[tuple[str, int]] = []
-        order = ["tvm", "extra", "core"]  # core last: it is small and fills the last call
-        for name in order:
-            if name not in archives:
-                continue
-            src = archives[name]
-            archive_name = f"{name}-{tag}.tar.xz" if name != "tvm" else "tvm.tar.xz"
-            whole = staging / archive_name
-            shutil.copy2(src, whole)
-            parts = split_file(whole, staging, budget) if whole.stat().st_size > budget else [whole]
-            if parts != [whole]:
-                whole.unlink()
-            report["groups"][name].update(group_entry(whole, parts))
-            files += [(p.name, p.stat().st_size) for p in parts]
-        calls = plan_calls(files, budget)
-        for n, names in enumerate(calls, 1):
-            call_dir = out / f"call{n}"
-            call_dir.mkdir()
-            for fname in names:
-                (staging / fname).rename(call_dir / fname)
-        staging.rmdir()
-        report.update({"tree_bytes": tree, "call_budget_bytes": budget,
-                       "calls": [[f"call{n}/{f}" for f in names] for n, names in enumerate(calls, 1)],
-                       "total_bytes": sum(s for _, s in files)})
-        manifest = json.dumps(report, indent=1)
-        for n in range(1, len(calls) + 1):  # every call carries the manifest
-            (out / f"call{n}" / "manifest.json").write_text(manifest)
-        (out / "manifest.json").write_text(manifest)
+        tree = tree_bytes() if args.tree_mib is None else int(args.tree_mib * MIB)
+        report["tree_source"] = "this checkout" if args.tree_mib is None else "--tree-mib"
+        lay_out(out, archives, tag, tree, report, call_mib=args.call_mib, max_calls=args.max_calls)
         return report
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def call_room(tree: int, call_mib: int = CALL_LIMIT_MIB) -> int:
+    """Bytes of payload one call can carry beside a working tree of `tree` bytes."""
+    return call_mib * MIB - tree - MARGIN_MIB * MIB
+
+
+def lay_out(out: Path, archives: dict[str, Path], tag: str, tree: int, report: dict, *,
+            call_mib: int = CALL_LIMIT_MIB, max_calls: int = 2, repo: Path | None = None) -> None:
+    """Cut the `archives` into parts and write them to `out`/callN/ with the manifest (`report`,
+    updated in place); PayloadTooLarge, naming the tree's heaviest folders, when they need more
+    than `max_calls` calls beside a working tree of `tree` bytes."""
+    order = [name for name in ("tvm", "extra", "core") if name in archives]  # core last: it is small
+    names = {name: f"{name}-{tag}.tar.xz" if name != "tvm" else "tvm.tar.xz" for name in order}
+    room = call_room(tree, call_mib)
+    try:
+        calls = plan_calls([(name, archives[name].stat().st_size) for name in order], room, max_calls)
+    except PayloadTooLarge as err:
+        raise PayloadTooLarge(f"{err}; the working tree is {tree / MIB:.1f} MiB of the {call_mib} MiB a call "
+                              f"carries. Heaviest folders of the tree: {describe_tree(repo or REPO)}. Make the tree "
+                              f"smaller (ignore or move what a GPU run does not read) and build again") from None
+    shutil.rmtree(out, ignore_errors=True)
+    staging = out / "all"
+    staging.mkdir(parents=True)
+    files: dict[str, list[Path]] = {}
+    for name in order:
+        whole = staging / names[name]
+        shutil.copy2(archives[name], whole)
+        sizes = [size for call in calls for group, size in call if group == name]
+        files[name] = split_file(whole, staging, sizes) if len(sizes) > 1 else [whole]
+        if len(sizes) > 1:
+            whole.unlink()
+        report["groups"][name].update(group_entry(whole, files[name]))
+    listing = []
+    for n, call in enumerate(calls, 1):
+        call_dir = out / f"call{n}"
+        call_dir.mkdir()
+        listing.append([])
+        for group, _ in call:
+            part = files[group].pop(0)
+            part.rename(call_dir / part.name)
+            listing[-1].append(f"call{n}/{part.name}")
+    staging.rmdir()
+    report.update({"tree_bytes": tree, "call_budget_bytes": room, "calls": listing,
+                   "call_bytes": [sum(size for _, size in call) for call in calls],
+                   "total_bytes": sum(archives[name].stat().st_size for name in order)})
+    manifest = json.dumps(report, indent=1)
+    for n in range(1, len(calls) + 1):  # every call carries the manifest
+        (out / f"call{n}" / "manifest.json").write_text(manifest)
+    (out / "manifest.json").write_text(manifest)
+
+
+def check(bundle: Path, repo: Path = REPO, call_mib: int = CALL_LIMIT_MIB) -> list[str]:
+    """Problems of a built payload for the working tree of `repo` ([] when every call fits and every
+    part is there with its sha256); the caller prints them."""
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    tree = tree_bytes(repo)
+    problems = []
+    for n, listed in enumerate(manifest["calls"], 1):
+        call_dir = bundle / f"call{n}"
+        size = sum(p.stat().st_size for p in call_dir.iterdir() if p.is_file()) if call_dir.is_dir() else 0
+        if tree + size > call_mib * MIB:
+            problems.append(f"call {n}: tree {tree / MIB:.1f} MiB + payload {size / MIB:.1f} MiB > {call_mib} MiB; "
+                            f"heaviest folders: {describe_tree(repo)}")
+        for rel in listed:
+            if not (bundle / rel).is_file():
+                problems.append(f"call {n}: {rel} is missing")
+    for name, group in manifest["groups"].items():
+        for part in group["parts"]:
+            path = next(iter(bundle.glob(f"call*/{part['file']}")), None)
+            if path is not None and sha256(path) != part["sha256"]:
+                problems.append(f"{name}: {path} differs from the manifest")
+    return problems
 
 
 # -- on the device: verify and unpack ----------------------------------------------------------------
@@ -464,6 +557,11 @@ def main(argv: list[str] | None = None) -> int:
                         "the work tree, which a new session gets laid anew)")
     b.add_argument("--tmp", type=Path, default=None, help="scratch directory (needs ~400 MB)")
     b.add_argument("--call-mib", type=int, default=CALL_LIMIT_MIB, help="what one device call carries")
+    b.add_argument("--max-calls", type=int, default=2,
+                   help="fail, naming the tree's heaviest folders, when the payload needs more calls (default 2)")
+    b.add_argument("--tree-mib", type=float, default=None,
+                   help="plan for a working tree of this size instead of this checkout's (the checkout the "
+                        "device calls send may differ; `check` there confirms the fit)")
     b.add_argument("--xz-preset", type=int, default=9, choices=range(10))
     b.add_argument("--extreme", action="store_true", help="xz --extreme (slower, ~1%% smaller)")
     b.add_argument("--no-x86", action="store_true", help="without the x86 branch filter")
@@ -473,13 +571,30 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--from", dest="sources", type=Path, nargs="+", required=True,
                    help="directories holding the parts (call dirs, staging dir)")
     u.add_argument("--site", type=Path, required=True, help="where each group is extracted")
+    c = sub.add_parser("check", help="before the device calls: does the built payload fit beside this tree?")
+    c.add_argument("--bundle", type=Path, default=REPO / ".gpu_bundle" / "cp312")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.command == "check":
+        problems = check(args.bundle)
+        manifest = json.loads((args.bundle / "manifest.json").read_text())
+        print(f"working tree {tree_bytes() / MIB:.1f} MiB; heaviest folders: {describe_tree()}")
+        for n, files in enumerate(manifest["calls"], 1):
+            rel = (args.bundle / f"call{n}").resolve()
+            where = rel.relative_to(REPO) if rel.is_relative_to(REPO) else rel
+            print(f"  call {n}: carry {where}  ({manifest['call_bytes'][n - 1] / MIB:.1f} MiB)")
+        for problem in problems:
+            print(f"PROBLEM: {problem}", file=sys.stderr)
+        return 1 if problems else 0
     if args.command == "unpack":
         for name, path in unpack(args.manifest, args.sources, args.site).items():
             print(f"{name}={path}")
         return 0
-    report = build(args)
+    try:
+        report = build(args)
+    except PayloadTooLarge as err:
+        print(f"gpu_bundle: {err}", file=sys.stderr)
+        return 3
     calls = report["calls"]
     out = args.out or REPO / ".gpu_bundle" / report["tag"]
     where = out.resolve().relative_to(REPO) if out.resolve().is_relative_to(REPO) else out

@@ -46,3 +46,20 @@ def small_matrix(request) -> sp.csr_matrix:
 @pytest.fixture
 def small_matrices() -> dict[str, sp.csr_matrix]:
     return {name: build() for name, build in SMALL_MATRICES.items()}
+
+
+@pytest.fixture(scope="module")
+def gb():
+    """scripts/gpu_bundle.py as a module (registered in sys.modules while the tests use it: its
+    dataclasses need that)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "gpu_bundle", Path(__file__).resolve().parent.parent / "scripts" / "gpu_bundle.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_bundle"] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("gpu_bundle", None)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cognate_tvm import baselines
-from cognate_tvm.errors import UnknownKindError
+from cognate_tvm.errors import NotFittedError, UnknownKindError
 from cognate_tvm.train import pair_accuracy, transfer_experiment
 from toy_space import ToyAccelSpace, ToySpace, fast_model_config, measured_groups, small_corpus
 
@@ -93,7 +93,7 @@ def test_variants_are_what_they_claim(setting):
     nt = baselines.create("no_transfer", config=fast_model_config(**{"train.epochs": 2}))
     nt.fit(src, space=source)
     assert nt.model is None  # the source data is not used
-    with pytest.raises(RuntimeError, match="finetune"):
+    with pytest.raises(NotFittedError, match="finetune"):
         nt.predict(tgt_train[0].matrix, list(tgt_train[0].configs), space=target, feat=32)
     zs = baselines.create("zero_shot", config=fast_model_config(**{"train.epochs": 2}))
     zs.fit(src, space=source)

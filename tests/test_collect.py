@@ -149,3 +149,13 @@ def test_thread_candidates_sample_only_what_tune_ranks_on_that_many_threads(tmp_
     configs = [cpu.config_from_json(c) for c in frame["config"]]
     assert len(frame) == 6 and frame["time_ms"].notna().all() and all(c.parallel for c in configs)
     assert {json.loads(b)["num_threads"] for b in frame["backend"]} == {2}
+
+
+def test_cuda_collect_builds_for_the_arch_it_is_given():
+    """`collect --target cuda --arch sm_90` (what scripts/gpu_run.sh collect passes on an H200)."""
+    from cognate_tvm.collect import backend_options, make_backend, make_parser
+
+    base = ["--target", "cuda", "--op", "spmm", "--corpus", "synthetic:1", "--configs-per-matrix", "1", "--out", "x"]
+    assert backend_options(make_parser().parse_args(base)) == {}
+    args = make_parser().parse_args(base + ["--arch", "sm_90"])
+    assert make_backend(args, **backend_options(args)).arch == "sm_90"

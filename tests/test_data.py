@@ -164,3 +164,39 @@ def test_extras_and_backend_metadata_are_kept(tmp_path):
     assert json.loads(frame["backend"].iloc[0]) == {"target": "fake", "machine": "test-box",
                                                    "cognate_tvm": cognate_tvm.__version__}
     assert frame["correct"].tolist() == [True] * len(frame)
+
+
+def test_save_results_writes_collects_format_and_json_where_pyarrow_is_missing(tmp_path, monkeypatch):
+    """A sweep measured outside `collect` (benchmarks/gpu_check.py) lands in the same dataset format;
+    without pyarrow the part is JSON records of the same columns, which `load_frame` reads alike."""
+    import cognate_tvm.data as data_mod
+    from cognate_tvm.backends.base import MeasureResult
+    from cognate_tvm.data import COLUMNS, load_frame, save_results
+    from cognate_tvm.matrix import generate
+    from cognate_tvm.space import create
+
+    class Backend:
+        target, platform = "cuda", "gpu"
+
+        def metadata(self):
+            return {"target": "cuda", "platform": "gpu", "timing": {"number": 2}}
+
+    matrix = generate("rmat", 300, 0)
+    configs = create("gpu", "spmm").configs()[:4]
+    results = [MeasureResult(configs[0], 0.5, extra={"kernel": "k"}), MeasureResult(configs[1], None, error="boom"),
+               MeasureResult(configs[2], 0.25, correct=True), MeasureResult(configs[3], 1.0)]
+    parquet = save_results(tmp_path / "pq", Backend(), "m", matrix, "spmm", 64, results,
+                           metadata={"device": "NVIDIA H200"})
+    monkeypatch.setattr(data_mod, "_has_pyarrow", lambda: False)
+    written = save_results(tmp_path / "js", Backend(), "m", matrix, "spmm", 64, results,
+                           metadata={"device": "NVIDIA H200"})
+    assert parquet.suffix == ".parquet" and written.suffix == ".json" and written.stem == parquet.stem
+    monkeypatch.undo()
+    a, b = load_frame(tmp_path / "pq"), load_frame(tmp_path / "js")
+    assert tuple(a.columns) == tuple(b.columns) == COLUMNS and len(a) == len(b) == 4
+    for column in ("matrix", "matrix_hash", "op", "platform", "config", "error", "extra", "backend"):
+        assert list(a[column]) == list(b[column]), column
+    assert np.array_equal(a["time_ms"].to_numpy(), b["time_ms"].to_numpy(), equal_nan=True)
+    assert list(b["correct"]) == [None, None, True, None] and int(b["nnz"].iloc[0]) == matrix.nnz
+    meta = json.loads(a["backend"].iloc[0])
+    assert meta["device"] == "NVIDIA H200" and meta["timing"] == {"number": 2} and "cognate_tvm" in meta

@@ -5,7 +5,6 @@ Runs on a tiny fake wheel in seconds; the real 100 MB bundle is built by
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,16 +14,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def gb():
-    spec = importlib.util.spec_from_file_location("gpu_bundle", REPO / "scripts" / "gpu_bundle.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_bundle"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("gpu_bundle", None)
 
 
 FAKE_FILES = {
@@ -90,26 +79,82 @@ def test_unsafe_wheel_paths_are_refused(gb, tmp_path):
         gb.unpack_wheel(wheel, tmp_path / "site")
 
 
-def test_split_file_reassembles_and_balances(gb, tmp_path):
+def test_split_file_cuts_at_the_given_sizes_and_reassembles(gb, tmp_path):
     data = bytes(range(256)) * 41 + b"tail"
     src = tmp_path / "blob.bin"
     src.write_bytes(data)
     out = tmp_path / "parts"
     out.mkdir()
-    parts = gb.split_file(src, out, 4000)
+    parts = gb.split_file(src, out, [4000, 4000, len(data) - 8000])
     assert [p.name for p in parts] == [f"blob.bin.part-{n:02d}" for n in range(3)]
-    sizes = [p.stat().st_size for p in parts]
-    assert max(sizes) <= 4000 and max(sizes) - min(sizes) <= len(parts)
+    assert [p.stat().st_size for p in parts] == [4000, 4000, len(data) - 8000]
     assert b"".join(p.read_bytes() for p in parts) == data
-    assert [p.name for p in gb.split_file(src, out, len(data))] == ["blob.bin.part-00"]
+    with pytest.raises(ValueError, match="do not cut"):
+        gb.split_file(src, out, [4000])
 
 
-def test_plan_calls_packs_in_order_within_budget(gb):
-    files = [("tvm.part-00", 50), ("tvm.part-01", 50), ("core", 10), ("extra", 45)]
-    assert gb.plan_calls(files, 100) == [["tvm.part-00", "tvm.part-01"], ["core", "extra"]]
-    assert gb.plan_calls(files, 60) == [["tvm.part-00"], ["tvm.part-01", "core"], ["extra"]]
-    with pytest.raises(ValueError, match="exceeds the per-call budget"):
-        gb.plan_calls([("big", 101)], 100)
+def test_plan_calls_evens_the_calls_and_cuts_only_at_their_edges(gb):
+    # the real payload's shape: a large tvm archive, then the small core one
+    calls = gb.plan_calls([("tvm", 576), ("core", 30)], room=470, max_calls=2)
+    assert calls == [[("tvm", 303)], [("tvm", 273), ("core", 30)]]
+    assert gb.plan_calls([("tvm", 576), ("core", 30)], room=700, max_calls=2) == [[("tvm", 576), ("core", 30)]]
+    three = gb.plan_calls([("tvm", 50), ("extra", 45), ("core", 10)], room=40, max_calls=3)
+    assert [sum(size for _, size in call) for call in three] == [35, 35, 35]
+    assert [piece for call in three for piece in call] == [("tvm", 35), ("tvm", 15), ("extra", 20), ("extra", 25),
+                                                           ("core", 10)]
+    with pytest.raises(gb.PayloadTooLarge, match="needs 3 calls"):
+        gb.plan_calls([("tvm", 576), ("core", 30)], room=250, max_calls=2)
+    with pytest.raises(gb.PayloadTooLarge, match="no room"):
+        gb.plan_calls([("tvm", 1)], room=0, max_calls=2)
+
+
+def _git_tree(root: Path, files: dict[str, int]) -> Path:
+    """A git checkout with files of the given sizes (tracked, untracked and ignored ones)."""
+    root.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    for name, size in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(b"x" * size)
+    (root / ".gitignore").write_text("build/\n")
+    subprocess.run(["git", "add", "docs", ".gitignore"], cwd=root, check=True)
+    return root
+
+
+def test_tree_size_counts_what_a_call_sends_and_names_the_heaviest_folders(gb, tmp_path):
+    mib = gb.MIB
+    repo = _git_tree(tmp_path / "repo", {"docs/results/a.png": 3 * mib, "docs/results/b.png": 2 * mib,
+                                         "docs/gpu.md": 1000, "data/gpu/x.parquet": mib // 2,
+                                         "build/huge.o": 40 * mib, "shared/notes.md": 100})
+    (repo / ".git" / "info" / "exclude").write_text("shared/\n")
+    # tracked docs, untracked-not-ignored data, shared/ even though ignored; never the ignored build/
+    gitignore = (repo / ".gitignore").stat().st_size
+    assert gb.tree_bytes(repo) == 5 * mib + 1000 + mib // 2 + 100 + gitignore
+    heaviest = gb.heaviest_folders(repo)
+    assert heaviest[0] == ("docs/results", 5 * mib)  # not "docs": nearly all of it is docs/results
+    assert ("data/gpu", mib // 2) in heaviest and not any(f.startswith("build") for f, _ in heaviest)
+
+
+def test_a_payload_that_needs_more_than_two_calls_fails_naming_the_folders(gb, tmp_path):
+    mib = gb.MIB
+    repo = _git_tree(tmp_path / "repo", {"docs/results/big.bin": 40 * mib, "python/x.py": 100})
+    archives = {}
+    for name, size in (("tvm", 57 * mib), ("core", 3 * mib)):
+        archives[name] = tmp_path / f"{name}.tar.xz"
+        archives[name].write_bytes(bytes(size))
+    report = {"groups": {"tvm": {}, "core": {}}}
+    with pytest.raises(gb.PayloadTooLarge, match=r"needs 3 calls.*docs/results/ 40\.0 MiB"):
+        gb.lay_out(tmp_path / "out", archives, "cp312", gb.tree_bytes(repo), report, repo=repo)
+    # planned for a 15 MiB tree, the same payload takes two even calls; `check` then judges the real tree
+    gb.lay_out(tmp_path / "out", archives, "cp312", 15 * mib, report)
+    assert report["calls"] == [["call1/tvm.tar.xz.part-00"], ["call2/tvm.tar.xz.part-01", "call2/core-cp312.tar.xz"]]
+    assert report["call_bytes"] == [30 * mib, 30 * mib]
+    assert json.loads((tmp_path / "out" / "call2" / "manifest.json").read_text())["calls"] == report["calls"]
+    problems = gb.check(tmp_path / "out", repo)
+    assert len(problems) == 2 and all("heaviest folders: docs/results/ 40.0 MiB" in p for p in problems)
+    (repo / "docs/results/big.bin").write_bytes(b"")
+    assert gb.check(tmp_path / "out", repo) == []
+    (tmp_path / "out" / "call2" / "core-cp312.tar.xz").write_bytes(b"stale")
+    assert any("differs from the manifest" in p for p in gb.check(tmp_path / "out", repo))
 
 
 def _bundle(gb, tmp_path: Path, part_bytes: int) -> tuple[Path, Path, dict[str, bytes]]:
@@ -121,7 +166,8 @@ def _bundle(gb, tmp_path: Path, part_bytes: int) -> tuple[Path, Path, dict[str, 
     calls.mkdir()
     archive = calls / "tvm.tar.xz"
     gb.make_archive(site, archive, gb.XZSettings(preset=1))
-    parts = gb.split_file(archive, calls, part_bytes)
+    size = archive.stat().st_size
+    parts = gb.split_file(archive, calls, [min(part_bytes, size - start) for start in range(0, size, part_bytes)])
     archive.unlink()
     manifest = {"groups": {"tvm": gb.group_entry(archive, parts)}}
     (calls / "manifest.json").write_text(json.dumps(manifest))

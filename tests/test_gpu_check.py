@@ -88,10 +88,14 @@ def _careful(oracle, baseline, top1, top5, cusparse, picks=True):
 
 
 def test_summary_and_table(gc, tmp_path):
-    rows = [{"ops": {"spmm": {"careful": _careful(1.0, 2.0, 1.25, 1.0, 2.0, picks=False)},
+    rows = [{"name": "a", "family": "rmat", "nnz": 2_000_000,
+             "ops": {"spmm": {"careful": _careful(1.0, 2.0, 1.25, 1.0, 2.0, picks=False)},
                      "sddmm": {"careful": _careful(1.0, 1.0, 1.0, 1.0, 4.0, picks=False)}}},
-            {"ops": {"spmm": {"careful": _careful(2.0, 2.0, 4.0, 2.5, 8.0)},
+            {"name": "b", "family": "banded", "nnz": 3_000_000,
+             "ops": {"spmm": {"careful": _careful(2.0, 2.0, 4.0, 2.5, 8.0)},
                      "sddmm": {"careful": _careful(1.0, 3.0, 2.0, 1.0, None)}}}]
+    rows[1]["ops"]["spmm"]["careful"].update(tune_ms=2.5, tune={"model": "spmm-gpu", "notes": []},
+                                             oracle_of_floor=0.5)
     report = gc.Report(tmp_path / "r.json", quick=True, arch="sm_90", feat=128,
                        environment={"tvm_device_name": "NVIDIA H200", "compile_mode": "nvcc"},
                        correctness={"spmm": {"correct": 528, "checked": 2112}})
@@ -105,11 +109,18 @@ def test_summary_and_table(gc, tmp_path):
     assert math.isclose(spmm["top1_of_oracle"], 0.5) and math.isclose(spmm["top5_of_oracle"], 0.8)
     assert math.isclose(sddmm["best_over_cusparse"], 4.0)  # a matrix without a cuSPARSE time drops out
     assert sddmm["model"].startswith("transfer failed") and spmm["correct"] == 528
+    assert spmm["rmat_matrices"] == 1 and math.isclose(spmm["rmat_best_over_cusparse"], 2.0)
+    assert spmm["regular_1m_matrices"] == 1 and math.isclose(spmm["regular_1m_best_over_cusparse"], 4.0)
+    assert spmm["tune_matrices"] == 1 and math.isclose(spmm["tune_of_oracle"], 0.8)
+    assert math.isclose(spmm["nnz_1m_best_of_floor"], 0.5) and spmm["tune_model"] == "spmm-gpu"
+    assert sddmm["tune_matrices"] == 0 and math.isnan(sddmm["tune_of_oracle"])
     report["summary"], report["total_s"] = summary, 123.0
     table = gc.markdown(report.data)
     assert "NVIDIA H200" in table and "| best in space / cuSPARSE (geomean speedup) | 2.83x | 4.00x |" in table
     assert "| configs correct / checked" in table and "528 / 2112" in table
     assert "| model top-5, fraction of oracle | 0.800 | 1.000 |" in table
+    assert "| ... on the R-MAT power-law graphs | 2.00x | 4.00x |" in table
+    assert "| tune's choice, fraction of the best in space | 0.800 | n/a |" in table
     report.save()
     assert json.loads((tmp_path / "r.json").read_text())["summary"]["spmm"]["matrices"] == 2
 
@@ -127,8 +138,16 @@ def test_check_matrices_cover_the_edge_cases(gc):
 class FakeBackend:
     """Stands in for the CUDA backend: made-up times, every output right; records what it was asked."""
 
+    target, platform, deterministic = "cuda", "gpu", False
+
     def __init__(self):
         self.measured: list[tuple[str, int, bool]] = []
+
+    def kernel_threads(self):
+        return None
+
+    def metadata(self):
+        return {"target": self.target, "platform": self.platform, "timing": "fake"}
 
     def prepare(self, ops):
         return {}
@@ -138,7 +157,9 @@ class FakeBackend:
 
     def measure(self, op, matrix, configs, feat, *, check=False, seed=0):
         from cognate_tvm.backends.base import MeasureResult
+        from cognate_tvm.ops import get_op
 
+        op = get_op(op).name
         self.measured.append((op, len(configs), check))
         return [MeasureResult(c, 1.0 + 0.1 * c.parts + 0.2 / c.vec + matrix.nnz * 1e-6,
                               correct=True if check else None, extra={}) for c in configs]
@@ -172,14 +193,16 @@ def test_whole_gpu_flow_on_a_fake_backend(gc, monkeypatch, tmp_path):
     small = ModelConfig().replace(**{"latent.epochs": 5, "featurizer.max_points": 4096, "train.train_featurizer": False})
     monkeypatch.setattr(gc, "transfer", functools.partial(gc.transfer, epochs=1, config=small))
     args = gc.main.__globals__["argparse"].Namespace(
-        out=tmp_path, arch="sm_90", quick=True, feat=16, matrices=7, min_matrices=7, min_rows=200, max_rows=400,
+        out=tmp_path, arch="sm_90", quick=True, feat=16, matrices=7, new_matrices=None, min_rows=200, max_rows=400,
         finetune=5, finetune_configs=10, fit_epochs=1, top=3, number=2, repeat=2, min_sample_ms=0.0,
-        budget_s=600.0, reserve_s=60.0, seed=0)
+        budget_s=600.0, reserve_s=60.0, seed=0, tune=True, dataset=tmp_path / "ds",
+        dataset_archive=tmp_path / "ds.tar.gz")
     report = gc.Report(tmp_path / "gpu_check.json", mode="gpu", quick=True, arch="sm_90", feat=16,
                        environment={"tvm_device_name": "fake", "compile_mode": "nvcc"})
     assert gc.run(args, report) == 0
     data = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert data["correctness"]["spmm"]["checked"] == 4 * 528 and data["correctness"]["sddmm"]["correct"] == 4 * 384
+    assert data["correctness"]["spmm"]["checked"] == 4 * len(create("gpu", "spmm"))
+    assert data["correctness"]["sddmm"]["correct"] == 4 * len(create("gpu", "sddmm"))
     assert len(data["sweep"]) == 7 and len(data["matrices"]) == 7 and not data["truncated"]
     assert all("NO CPU MODEL SHIPS" in data["transfer"][op]["model"] for op in gc.OPS)
     test_rows = [m for m in data["matrices"] if m["spmm"]["picks"]]
@@ -187,7 +210,60 @@ def test_whole_gpu_flow_on_a_fake_backend(gc, monkeypatch, tmp_path):
     summary = data["summary"]["spmm"]
     assert summary["matrices"] == 7 and summary["transfer_test_matrices"] == 2 and summary["best_over_cusparse"] > 1
     assert 0 < summary["top5_of_oracle"] <= 1 and summary["careful_wrong"] == 0
-    # every careful measurement was checked; the sweep was not
-    assert all(check for op, n, check in fake.measured if n <= 3 + 1 + 5) and any(not c for _, _, c in fake.measured)
+    # every side-by-side measurement was checked; the sweep (chunks of every config) was not
+    checked = {(op, n) for op, n, check in fake.measured if check}
+    assert all((op, m[op]["timed"]) in checked for m in data["matrices"] for op in gc.OPS)
+    from cognate_tvm.sweep import SWEEP_CHUNK
+
+    assert not any(check for op, n, check in fake.measured if n == SWEEP_CHUNK)
+    # tune ran as a user runs it (baseline + top-5), on every matrix, with the model it says it used
+    for m in data["matrices"]:
+        for op in gc.OPS:
+            assert m[op]["tune"]["measurements"] == 6 and m[op]["tune_ms"] is not None, m[op]["tune"]
+            assert m[op]["hbm_floor_ms"] > 0 and m[op]["oracle_of_floor"] > 0
+    assert summary["tune_matrices"] == 7 and 0 < summary["tune_of_oracle"] <= 1
+    assert summary["tune_model"] and data["models"]["spmm"]["source"] == summary["tune_model"]
     table = (tmp_path / "gpu_check.md").read_text()
-    assert "model top-5 / cuSPARSE" in table and "NO CPU MODEL SHIPS" in table
+    assert "model top-5 / cuSPARSE" in table and "NO CPU MODEL SHIPS" in table and "tune's choice" in table
+    # the sweep is a dataset in the CPU datasets' format, every config of both ops, and its archive
+    from cognate_tvm.data import COLUMNS, load_frame
+
+    frame = load_frame(tmp_path / "ds")
+    assert tuple(frame.columns) == COLUMNS and frame["matrix"].nunique() == 7
+    assert len(frame) == 7 * sum(len(create("gpu", op).configs()) for op in gc.OPS)
+    assert set(frame["platform"]) == {"gpu"} and frame["time_ms"].notna().all()
+    backend = json.loads(frame["backend"].iloc[0])
+    assert backend["timing"] == "fake" and backend["tvm_device_name"] == "fake"
+    assert backend["matrix_recipe"]["generator"] == "cognate_tvm.matrix.generate"
+    import tarfile
+
+    with tarfile.open(tmp_path / "ds.tar.gz") as tar:
+        assert len([n for n in tar.getnames() if n.endswith(".parquet")]) == 7 * 2
+
+
+def test_hbm_floor(gc):
+    import scipy.sparse as sp
+
+    m = sp.random_array((1000, 500), density=0.01, format="csr", rng=0)
+    spmm = gc.hbm_floor_ms("spmm", m, 64, bandwidth=1e9)
+    assert math.isclose(spmm, 1e3 * (4 * 1001 + 8 * m.nnz + 4 * 64 * 1500) / 1e9)
+    assert math.isclose(gc.hbm_floor_ms("sddmm", m, 64, bandwidth=1e9) - spmm, 1e3 * 4 * m.nnz / 1e9)
+
+
+def test_the_backend_keeps_one_matrix_operands_across_chunked_calls():
+    """The sweep measures a matrix's configs in chunks: the CUDA backend reuses the operands it put on the
+    device (formats, dense inputs, the reference output) while the matrix, op, width and seed stay."""
+    from cognate_tvm.backends.cuda import CUDABackend
+    from cognate_tvm.ops import get_op
+
+    backend = CUDABackend(arch="sm_90")
+    a, b = generate("rmat", 300, 0), generate("rmat", 300, 0)
+    spmm, sddmm = get_op("spmm"), get_op("sddmm")
+    first = backend._context(spmm, a, 16, 0, dev=None)
+    assert backend._context(spmm, a, 16, 0, dev=None) is first
+    assert first.dense_host[0].shape == (a.shape[1], 16)
+    for other in [(spmm, b, 16, 0), (spmm, a, 32, 0), (spmm, a, 16, 1), (sddmm, a, 16, 0)]:
+        assert backend._context(*other, dev=None) is not first  # an equal matrix that is another object too
+    import pickle
+
+    assert pickle.loads(pickle.dumps(backend))._last is None

@@ -70,7 +70,8 @@ def test_every_config_has_a_kernel_variant(op):
     space = create("gpu", op)
     keys = {kcuda.kernel_key(op, c) for c in space.configs()}
     assert keys == set(kcuda.all_keys(op))
-    assert len(keys) == {"spmm": 48, "sddmm": 24}[op]
+    assert len(keys) == {"spmm": 60, "sddmm": 36}[op]
+    assert sum(k.layout == "chunk" for k in keys) == 12
     with pytest.raises(InvalidConfigError, match="GPUConfig"):
         kcuda.kernel_key(op, object())
 
@@ -79,12 +80,14 @@ def test_every_config_has_a_kernel_variant(op):
 def test_prepared_layouts_compute_the_op(op):
     """The prepared arrays, indexed as the kernels index them, give scipy's result."""
     op = get_op(op)
-    combos = {(c.parts, c.bucketing, c.vec) for c in create("gpu", op.name).configs()}
+    configs = {}  # one config per prepared layout and vector width
+    for config in create("gpu", op.name).configs():
+        configs.setdefault((cuda_prep.layout_key(config), config.vec), config)
+    assert len(configs) == 4 * 2 * 3 + 4 * 2 * 2  # plain (parts, bucketing, vec) + chunked (parts, chunk, swizzle)
     for name, matrix in _edge_matrices().items():
         dense = op.make_dense_inputs(matrix, 13, seed=1)  # 13: not a multiple of vec
         expected = op.reference(matrix, *dense)
-        for parts, bucketing, vec in sorted(combos):
-            config = GPUConfig(parts, 1, 4, vec, bucketing, op.name == "spmm" and parts > 1)
+        for config in configs.values():
             got = cuda_prep.emulate(op, matrix, config, dense)
             np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4,
                                        err_msg=f"{name} {config}")

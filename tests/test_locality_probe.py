@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from cognate_tvm import transfer
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _load(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
     spec = importlib.util.spec_from_file_location("locality_probe", BENCH / "locality_probe.py")
     probe = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, probe)
@@ -22,14 +23,14 @@ def _load(monkeypatch):
 
 def test_probe_ranks_test_matrices_with_and_without_locality(tmp_path, monkeypatch):
     probe = _load(monkeypatch)
-    params = probe.transfer.SIZES["test"]
+    params = transfer.SIZES["test"]
     out = tmp_path / "out"
     argv = ["--op", "spmm", "--data-root", str(tmp_path / "data"), "--out", str(out), "--sizes", "2", "1000",
             "--seeds", "2"]
     assert probe.main(argv, params=params) == 0
     result = json.loads((out / "locality_probe_spmm.json").read_text())
     available = result["train_available"]
-    assert available == len(probe.transfer.target_data("spmm", params, tmp_path / "data", progress=False).pool) \
+    assert available == len(transfer.target_data("spmm", params, tmp_path / "data", progress=False).pool) \
         + params.val_matrices
     # 2 matrices: two seeded draws; 1000 (more than there are): the whole set once
     assert sorted({(r["n"], r["seed"]) for r in result["rows"]}) == [(2, 0), (2, 1), (available, 0)]

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from cognate_tvm import measure
+from cognate_tvm import measure, tuner
 from cognate_tvm.matrix import save_matrix
 
 
@@ -74,4 +74,4 @@ def test_unknown_op_or_target(capsys, argv, message):
 
 
 def test_default_matrix_is_bundled():
-    assert measure.EXAMPLE_MATRIX.is_file()
+    assert tuner.EXAMPLE_MATRIX.is_file()

@@ -6,7 +6,7 @@ import pytest
 import scipy.sparse as sp
 
 from cognate_tvm import metaschedule as msc
-from cognate_tvm.backends.metaschedule import MetaScheduleBackend
+from cognate_tvm.metaschedule import MetaScheduleBackend
 from cognate_tvm.matrix import generate
 from cognate_tvm.space.cpu import CPUSpace
 

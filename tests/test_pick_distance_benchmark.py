@@ -11,13 +11,13 @@ import pytest
 
 from cognate_tvm.model.cognate import CognateCostModel
 from cognate_tvm.model.pretrained import PRETRAINED_DIR
+from cognate_tvm import transfer
 from cognate_tvm.space import create as create_space
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _load(name, monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, name, module)  # dataclasses look their module up while defining
@@ -27,7 +27,6 @@ def _load(name, monkeypatch):
 
 def test_pick_distance_scores_match_the_transfer_metrics(tmp_path, monkeypatch):
     bench = _load("pick_distance", monkeypatch)
-    transfer = sys.modules["transfer"]
     out, data = tmp_path / "out", tmp_path / "data"
     spade = create_space("spade", "spmm")
     d = spade.pick_distance

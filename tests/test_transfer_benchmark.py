@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cognate_tvm import transfer
+
 
 def _load_benchmark(monkeypatch):
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "transfer.py"
@@ -34,7 +36,7 @@ def test_transfer_benchmark_test_size(tmp_path, monkeypatch):
             "--ship", "--pretrained-root", str(root), "--kernel-cache", str(tmp_path / "kernels"),
             "--no-progress", "--threads", "1", "--select-metric", "top1_fraction"]
     assert bench.main(argv) == 0
-    params = bench.SIZES["test"]
+    params = transfer.SIZES["test"]
 
     for name in ("transfer_spmm.json", "transfer_spmm.md", "transfer_spmm_per_matrix.png",
                  "transfer_spmm_efficiency.png"):
@@ -43,14 +45,14 @@ def test_transfer_benchmark_test_size(tmp_path, monkeypatch):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     result = json.loads((out / "transfer_spmm.json").read_text())
     summary, info = result["summary"], result["info"]
-    expected = set(bench.main_methods(params)) | set(bench.ablation_methods({"abl_source_1": 0, "abl_source_3": 0}))
+    expected = set(transfer.main_methods(params)) | set(transfer.ablation_methods({"abl_source_1": 0, "abl_source_3": 0}))
     assert set(summary) == expected
     table = (out / "transfer_spmm.md").read_text()
     for method in expected:
-        assert f"| {bench.label(method)} |" in table
+        assert f"| {transfer.label(method)} |" in table
 
     for method, row in summary.items():
-        for key, _ in bench.COLUMNS:
+        for key, _ in transfer.COLUMNS:
             assert math.isfinite(row[key]), (method, key)
         assert 0.0 < row["oracle_fraction_top1"] <= row["oracle_fraction_topk"] <= 1.0 + 1e-9, method
         # tune's picks from the ranking start with its first, so they never do worse than it
@@ -106,9 +108,9 @@ def test_transfer_benchmark_test_size(tmp_path, monkeypatch):
     assert "Rebuild: `python benchmarks/transfer.py" in card
     assert all(name in card for name in result["shipped"]["finetune_matrices"])
     model = load_pretrained("spmm", "spade", root=root)
-    data = bench.target_data("spmm", params, out / "data", progress=False)
+    data = transfer.target_data("spmm", params, out / "data", progress=False)
     assert [g.name for g in data.test] == test
-    metrics, _ = bench.evaluate_groups(model, data.test, create_space("spade", "spmm"), params.top_k)
+    metrics, _ = transfer.evaluate_groups(model, data.test, create_space("spade", "spmm"), params.top_k)
     tl5 = next(r for r in result["runs"] if r["method"] == "tl5" and r["seed"] == 0)
     for key in ("oracle_fraction_top1", "pair_accuracy", "kendall_tau"):
         assert metrics[key] == pytest.approx(tl5[key], abs=1e-9)
@@ -117,7 +119,7 @@ def test_transfer_benchmark_test_size(tmp_path, monkeypatch):
     from cognate_tvm.backends.spade import SpadeBackend
 
     monkeypatch.setattr(SpadeBackend, "measure", lambda *a, **k: pytest.fail("re-simulated a stored matrix"))
-    again = bench.target_data("spmm", params, out / "data", progress=False)
+    again = transfer.target_data("spmm", params, out / "data", progress=False)
     assert [len(g.configs) for g in again.pool] == [len(g.configs) for g in data.pool]
     assert all(np.array_equal(a.times_ms, b.times_ms) for a, b in zip(again.test, data.test))
 
@@ -128,19 +130,18 @@ def test_reinitialized_redraws_the_head_and_keeps_the_featurizer(monkeypatch):
     from cognate_tvm.model.cognate import CognateCostModel
     from cognate_tvm.model import ModelConfig
 
-    bench = _load_benchmark(monkeypatch)
     base = CognateCostModel(ModelConfig(), seed=0)
     with torch.no_grad():
         for p in base.net.parameters():
             p.add_(1.0)  # stands for pre-training: every weight moved away from its initial draw
-    fresh = bench.reinitialized(base, seed=3)
+    fresh = transfer.reinitialized(base, seed=3)
     same = lambda a, b: all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))  # noqa: E731
     assert same(fresh.net.featurizer, base.net.featurizer)
     assert not any(torch.equal(x, y) for x, y in zip(fresh.net.head.parameters(), base.net.head.parameters()))
     assert not any(torch.equal(x, y) for x, y in zip(fresh.net.config_embedding.parameters(),
                                                      base.net.config_embedding.parameters()))
-    assert same(bench.reinitialized(base, seed=3).net.head, fresh.net.head)  # seeded
-    assert not same(bench.reinitialized(base, seed=4).net.head, fresh.net.head)
+    assert same(transfer.reinitialized(base, seed=3).net.head, fresh.net.head)  # seeded
+    assert not same(transfer.reinitialized(base, seed=4).net.head, fresh.net.head)
 
 
 def test_finetune_draw_random_is_nested_and_stratified_spans_the_sizes(monkeypatch):
@@ -148,55 +149,54 @@ def test_finetune_draw_random_is_nested_and_stratified_spans_the_sizes(monkeypat
 
     from cognate_tvm.data import Group
 
-    bench = _load_benchmark(monkeypatch)
     # 20 pool groups whose nnz grows with their index: group i has i + 1 nonzeros
     pool = [Group(f"m{i:02d}", sp.eye(40, format="csr")[: i + 1], 32, (), np.zeros(0)) for i in range(20)]
-    names = lambda k, seed, draw: [g.name for g in bench.finetune_draw(pool, k, seed, draw)]  # noqa: E731
+    names = lambda k, seed, draw: [g.name for g in transfer.finetune_draw(pool, k, seed, draw)]  # noqa: E731
     random5 = names(5, 0, "random")
     assert names(3, 0, "random") == random5[:3]  # nested: TL3 within TL5
     assert names(20, 0, "random")[:5] == random5 and sorted(names(20, 0, "random")) == [g.name for g in pool]
     for seed in range(6):
-        stratified = bench.finetune_draw(pool, 5, seed, "stratified")
+        stratified = transfer.finetune_draw(pool, 5, seed, "stratified")
         # one matrix from each fifth of the sizes (4 groups each), smallest stratum first
         assert [g.matrix.nnz - 1 for g in stratified] == sorted(g.matrix.nnz - 1 for g in stratified)
         assert [(g.matrix.nnz - 1) // 4 for g in stratified] == [0, 1, 2, 3, 4], seed
     assert names(5, 1, "stratified") == names(5, 1, "stratified")  # seeded
     assert len({tuple(names(5, s, "stratified")) for s in range(6)}) > 1
     with pytest.raises(ValueError, match="unknown fine-tune draw"):
-        bench.finetune_draw(pool, 5, 0, "largest")
+        transfer.finetune_draw(pool, 5, 0, "largest")
     # diverse: one per cluster of the (standardized) embeddings; here 4 of 5 dimensions carry nnz parity
     embed = lambda matrix: np.array([matrix.nnz % 2] * 4 + [matrix.nnz / 20.0])  # noqa: E731
     for seed in range(4):
-        diverse = bench.finetune_draw(pool, 2, seed, "diverse", embed)
+        diverse = transfer.finetune_draw(pool, 2, seed, "diverse", embed)
         assert sorted(g.matrix.nnz % 2 for g in diverse) == [0, 1], seed
     with pytest.raises(ValueError, match="needs the source model's matrix embeddings"):
-        bench.finetune_draw(pool, 5, 0, "diverse")
+        transfer.finetune_draw(pool, 5, 0, "diverse")
     # diverse-largest: the same two parity clusters, each sends its largest matrix (m19: odd nnz, m18: even)
     for seed in range(4):
-        largest = bench.finetune_draw(pool, 2, seed, "diverse-largest", embed)
+        largest = transfer.finetune_draw(pool, 2, seed, "diverse-largest", embed)
         assert sorted(g.name for g in largest) == ["m18", "m19"], seed
     # include: the named matrices come first, the draw fills the rest from the other pool matrices
     for draw in ("random", "stratified", "diverse", "diverse-largest"):
-        got = [g.name for g in bench.finetune_draw(pool, 5, 2, draw, embed, include=("m19", "m03"))]
+        got = [g.name for g in transfer.finetune_draw(pool, 5, 2, draw, embed, include=("m19", "m03"))]
         assert got[:2] == ["m19", "m03"] and len(set(got)) == 5, draw
-        assert got[2:] == [g.name for g in bench.finetune_draw([g for g in pool if g.name not in ("m19", "m03")],
+        assert got[2:] == [g.name for g in transfer.finetune_draw([g for g in pool if g.name not in ("m19", "m03")],
                                                                3, 2, draw, embed)]
-    assert names(5, 0, "random") == [g.name for g in bench.finetune_draw(pool, 5, 0, "random", include=())]
+    assert names(5, 0, "random") == [g.name for g in transfer.finetune_draw(pool, 5, 0, "random", include=())]
     for bad in (("m99",), ("m01", "m01"), tuple(f"m{i:02d}" for i in range(6))):
         with pytest.raises(ValueError, match="cannot include"):
-            bench.finetune_draw(pool, 5, 0, "random", include=bad)
+            transfer.finetune_draw(pool, 5, 0, "random", include=bad)
 
 
 def test_sizes_are_consistent(monkeypatch):
     bench = _load_benchmark(monkeypatch)
-    for name, params in bench.SIZES.items():
+    for name, params in transfer.SIZES.items():
         pool = int(params.pool_corpus.split(":")[1])
         evaluation = int(params.eval_corpus.split(":")[1])
         assert 5 in params.ks, name
         assert max(*params.ks, *params.nt_sizes) <= pool, name
         assert params.val_matrices < evaluation, name
         assert len(params.seeds) >= (1 if name == "test" else 3), name
-    full = bench.SIZES["full"]
+    full = transfer.SIZES["full"]
     assert full.ks == (3, 5, 7) and full.nt_sizes == (5, 100, 1000) and full.eval_max_rows >= 1_000_000
     params, _ = bench.parse_args(["--size", "full", "--pool-matrices", "300", "--eval-matrices", "30"])
     assert params.nt_sizes == (5, 100, 300) and params.pool_corpus.startswith("synthetic:300:")
@@ -321,17 +321,17 @@ def test_xgboost_refit_boosts_the_chosen_rounds_on_finetune_and_validation(monke
             return self
 
     # validation prefers 25 rounds (its score: minus the distance of the model's rounds from 25)
-    monkeypatch.setattr(bench, "val_score", lambda model, val, space, k: {
+    monkeypatch.setattr(transfer.recipes, "val_score", lambda model, val, space, k: {
         "pair_accuracy": -abs(model.finetune_rounds - 25), "oracle_fraction_top1": 0.0})
-    params = bench.dataclasses.replace(bench.SIZES["test"], xgb_rounds=(0, 25, 100), refit=True)
-    model, recipe = bench.xgboost_on_validation(Recorder(), ["f1", "f2"], ["v1"], None, params)
+    params = bench.dataclasses.replace(transfer.SIZES["test"], xgb_rounds=(0, 25, 100), refit=True)
+    model, recipe = transfer.xgboost_on_validation(Recorder(), ["f1", "f2"], ["v1"], None, params)
     assert recipe["rounds"] == 25 and recipe["refit"] is True
     assert Recorder.calls[:2] == [(25, ["f1", "f2"]), (100, ["f1", "f2"])]  # the grid: validation held out
     assert Recorder.calls[2:] == [(25, ["f1", "f2", "v1"])]  # the refit
     assert model.finetune_rounds == 25
     Recorder.calls.clear()
     params = bench.dataclasses.replace(params, refit=False)
-    bench.xgboost_on_validation(Recorder(), ["f1", "f2"], ["v1"], None, params)
+    transfer.xgboost_on_validation(Recorder(), ["f1", "f2"], ["v1"], None, params)
     assert all(groups == ["f1", "f2"] for _, groups in Recorder.calls)
 
 
@@ -345,7 +345,7 @@ def test_cpu_data_of_another_corpus_is_a_clear_error(tmp_path, monkeypatch):
     args = argparse.Namespace(cpu_data=str(data), cpu_corpus="synthetic:3:2026", cpu_min_rows=1000,
                               cpu_max_rows=2000)
     with pytest.raises(ValueError, match=r"none of the 196 matrices .* --cpu-max-rows"):
-        bench.cpu_source("spmm", bench.SIZES["test"], args, tmp_path, progress=False)
+        bench.cpu_source("spmm", transfer.SIZES["test"], args, tmp_path, progress=False)
 
 
 def test_guarded_refit_keeps_the_validated_model_when_the_refit_ranks_its_training_matrices_worse(monkeypatch):
@@ -354,27 +354,26 @@ def test_guarded_refit_keeps_the_validated_model_when_the_refit_ranks_its_traini
     from cognate_tvm.data import Group
     from cognate_tvm.space import create as create_space
 
-    bench = _load_benchmark(monkeypatch)
     spade = create_space("spade", "spmm")
     rng = np.random.default_rng(0)
     configs = (spade.baseline(), *[c for c in spade.configs()[:30] if c != spade.baseline()])
     seen = [Group(f"m{i}", sp.random(50 + i, 40, density=0.1, format="csr", random_state=i), 32, configs,
                   rng.uniform(1.0, 2.0, len(configs))) for i in range(3)]
 
-    class Reversed(bench.OracleRanker):  # ranks the slowest config first
+    class Reversed(transfer.OracleRanker):  # ranks the slowest config first
         def predict(self, matrix, configs, *, space, feat):
             return -super().predict(matrix, configs, space=space, feat=feat)
 
-    good, bad = bench.OracleRanker(seen), Reversed(seen)
-    params = bench.SIZES["test"]
-    model, guard = bench.guarded_refit(good, bad, seen, spade, params)
+    good, bad = transfer.OracleRanker(seen), Reversed(seen)
+    params = transfer.SIZES["test"]
+    model, guard = transfer.guarded_refit(good, bad, seen, spade, params)
     assert model is good and guard["refit_kept"] is False
     assert guard["refit_fit"]["refit"] < guard["refit_fit"]["validated"]
-    model, guard = bench.guarded_refit(bad, good, seen, spade, params)
+    model, guard = transfer.guarded_refit(bad, good, seen, spade, params)
     assert model is good and guard["refit_kept"] is True
-    model, guard = bench.guarded_refit(good, bench.OracleRanker(seen), seen, spade, params)  # a tie keeps the refit
+    model, guard = transfer.guarded_refit(good, transfer.OracleRanker(seen), seen, spade, params)  # a tie keeps the refit
     assert guard["refit_kept"] is True and model is not good
-    assert "refit rejected" in bench.recipe_text({"epochs_max": 5, "freeze": ["featurizer"], "lr": 1e-3,
+    assert "refit rejected" in transfer.recipe_text({"epochs_max": 5, "freeze": ["featurizer"], "lr": 1e-3,
                                                   "epoch_kept": 3, "refit": True, "refit_kept": False})
 
 
@@ -385,9 +384,8 @@ def test_groups_hold_the_pattern_without_values(monkeypatch):
     from cognate_tvm.matrix.corpus import load_corpus
     from cognate_tvm.model.featurizer import pattern_of
 
-    bench = _load_benchmark(monkeypatch)
     for entry in load_corpus("synthetic:4:1102", min_rows=300, max_rows=2000):
-        full, lean = entry.build(), bench._Structure(entry).build()
+        full, lean = entry.build(), transfer.datasets._Structure(entry).build()
         assert lean.dtype == np.bool_ and lean.data.all() and lean.nnz == full.nnz and lean.shape == full.shape
         assert matrix_hash(lean) == matrix_hash(full)
         a, b = pattern_of(lean, max_points=64), pattern_of(full, max_points=64)
@@ -398,7 +396,7 @@ def test_groups_hold_the_pattern_without_values(monkeypatch):
 def test_validation_chooses_an_ensemble_only_where_it_validates_better(monkeypatch):
     """Two rankers that each see half of the cost (times = x + y; one scores x, the other y) rank validation
     worse than their mean does: with --ensemble-sizes 1 2 validation takes the mean of both, each member
-    refit; with the default (1,) it takes the best single ranker, as before ensembles existed."""
+    refit; with the default (1,) it takes the best single ranker."""
     import scipy.sparse as sp
 
     from cognate_tvm.data import Group
@@ -429,30 +427,30 @@ def test_validation_chooses_an_ensemble_only_where_it_validates_better(monkeypat
             return np.array([part[self.key][c.to_json()] for c in configs])
 
     def tried():
-        return [(model, {"name": model.key, "val": bench.val_score(model, val, spade, 5)})
+        return [(model, {"name": model.key, "val": transfer.val_score(model, val, spade, 5)})
                 for model in (Part("x"), Part("y"))]
 
     def refit(model, recipe):
         model.refit = True
         return model, {**recipe, "refit_kept": True}
 
-    params = bench.dataclasses.replace(bench.SIZES["test"], refit=True, ensemble_sizes=(1, 2))
+    params = bench.dataclasses.replace(transfer.SIZES["test"], refit=True, ensemble_sizes=(1, 2))
     candidates = tried()
     best_single = max(r["val"]["pair_accuracy"] for _, r in candidates)
     assert best_single < 0.9
-    model, recipe = bench.chosen_on_validation(candidates, refit, val, spade, params)
+    model, recipe = transfer.chosen_on_validation(candidates, refit, val, spade, params)
     assert isinstance(model, RankEnsemble) and [m.key for m in model.members] == sorted(
         ("x", "y"), key=lambda k: -next(r["val"]["pair_accuracy"] for m, r in candidates if m.key == k))
     assert all(m.refit for m in model.members)
     assert recipe["ensemble_size"] == 2 and recipe["val"]["pair_accuracy"] == pytest.approx(1.0)
     assert [r["refit_kept"] for r in recipe["ensemble"]] == [True, True] and len(recipe["grid"]) == 2
-    assert bench.val_score(model, val, spade, 5)["oracle_fraction_top1"] == pytest.approx(1.0)
+    assert transfer.val_score(model, val, spade, 5)["oracle_fraction_top1"] == pytest.approx(1.0)
 
     params = bench.dataclasses.replace(params, ensemble_sizes=(1,))
-    model, recipe = bench.chosen_on_validation(tried(), refit, val, spade, params)
+    model, recipe = transfer.chosen_on_validation(tried(), refit, val, spade, params)
     assert isinstance(model, Part) and model.refit and recipe["ensemble_size"] == 1 and "ensemble" not in recipe
     assert recipe["val"]["pair_accuracy"] == pytest.approx(best_single)
-    text = bench.recipe_text({"refit": True, "ensemble": [
+    text = transfer.recipe_text({"refit": True, "ensemble": [
         {"epochs_max": 5, "freeze": ["featurizer"], "lr": 1e-3, "epoch_kept": 3}, {"epochs_max": 0}]})
     assert text == ("mean of the 2 best on validation (pre-trained head, frozen featurizer, lr 0.001, epoch 3, "
                     "refit / no fine-tuning)")
@@ -463,7 +461,7 @@ def test_ship_refuses_an_ensemble(monkeypatch):
     with pytest.raises(SystemExit):
         bench.parse_args(["--size", "test", "--ship", "--ensemble-sizes", "1", "3"])
     params, _ = bench.parse_args(["--size", "test", "--ensemble-sizes", "3", "1"])
-    assert params.ensemble_sizes == (3, 1) and bench.SIZES["full"].ensemble_sizes == (1,)
+    assert params.ensemble_sizes == (3, 1) and transfer.SIZES["full"].ensemble_sizes == (1,)
 
 
 def test_curve_with_ensembles_records_each_choice(tmp_path, monkeypatch):
@@ -495,7 +493,7 @@ def test_target_loss_and_grid_audit(tmp_path, monkeypatch):
     bench = _load_benchmark(monkeypatch)
     import cognate_tvm.train as train
 
-    assert bench.target_loss(bench.SIZES["test"]) == {}  # by default each network keeps its source's loss
+    assert transfer.target_loss(transfer.SIZES["test"]) == {}  # by default each network keeps its source's loss
     with pytest.raises(SystemExit):  # a temperature without the listwise loss would be silently ignored
         bench.parse_args(["--listwise-temperature", "0.3"])
     calls = []
@@ -527,7 +525,7 @@ def test_target_loss_and_grid_audit(tmp_path, monkeypatch):
         audits = [point["audit"] for point in recipe["grid"]]
         assert audits and all(0 < a["oracle_fraction_top1"] <= 1 for a in audits)
         run = next(r for r in result["runs"] if r["method"] == method)
-        chosen = [p for p in recipe["grid"] if bench.same_point(p, recipe)]
+        chosen = [p for p in recipe["grid"] if transfer.same_point(p, recipe)]
         assert len(chosen) == 1 and chosen[0]["audit"]["oracle_fraction_top1"] == run["oracle_fraction_top1"]
         assert max(a["oracle_fraction_top1"] for a in audits) >= run["oracle_fraction_top1"]
     assert "### Grid audit" in markdown and "| tl5 |" in markdown and "| nt5 |" in markdown

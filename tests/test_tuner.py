@@ -4,7 +4,7 @@ import zlib
 
 import pytest
 
-from cognate_tvm import space, tuner
+from cognate_tvm import cli, space, tuner
 from cognate_tvm.backends.base import Backend, MeasureResult
 from cognate_tvm.backends.spade import SpadeBackend
 from cognate_tvm.errors import PretrainedNotFoundError, UnknownKindError
@@ -66,7 +66,7 @@ def test_create_backend_errors():
 def test_measure_report_and_a_simulator_writes_no_kernel(tmp_path):
     matrix = generate("rmat", 300, seed=1)
     spade = space.create("spade", "spmm")
-    configs = tuner.parse_configs("sample:3", spade, 0)
+    configs = cli.parse_configs("sample:3", spade, 0)
     results = tuner.measure_configs(SpadeBackend(workers=1), "spmm", matrix, configs, 16)
     report = tuner.measure_report(op="spmm", target="spade", feat=16, matrix_path="m.mtx", matrix=matrix,
                                   results=results, vendor=None)
@@ -75,7 +75,7 @@ def test_measure_report_and_a_simulator_writes_no_kernel(tmp_path):
     written = tuner.write_kernel(SpadeBackend(), "spmm", spade.baseline(), 16, tmp_path / "k")
     assert "no kernel to write" in written["note"] and not any((tmp_path / "k").iterdir())
     with pytest.raises(ValueError, match="--configs must be"):
-        tuner.parse_configs("sample:0", spade, 0)
+        cli.parse_configs("sample:0", spade, 0)
 
 
 def test_tune_validates_its_arguments(shipped):

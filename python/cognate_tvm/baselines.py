@@ -35,7 +35,7 @@ import scipy.sparse as sp
 
 from . import mapper as mapper_mod
 from .data import Group, matrix_hash
-from .errors import UnknownKindError
+from .errors import NotFittedError, UnknownKindError
 from .matrix import locality_profile, matrix_stats
 from .metrics import mean_log_slowdown
 from .model.cognate import CognateCostModel, RankingModel
@@ -64,7 +64,7 @@ class NoTransferModel(RankingModel):
 
     def predict(self, matrix, configs, *, space, feat):
         if self.model is None:
-            raise RuntimeError("NoTransferModel: call finetune(target groups) before predict")
+            raise NotFittedError("NoTransferModel: call finetune(target groups) before predict")
         return self.model.predict(matrix, configs, space=space, feat=feat)
 
 
@@ -155,7 +155,7 @@ class XGBoostRanker(RankingModel):
         import xgboost as xgb
 
         if self.booster is None:
-            raise RuntimeError("XGBoostRanker: call fit or finetune before predict")
+            raise NotFittedError("XGBoostRanker: call fit or finetune before predict")
         if not configs:
             return np.zeros(0)
         x = self.features(matrix, configs, space=space, feat=feat)

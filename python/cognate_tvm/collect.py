@@ -4,7 +4,7 @@
         --corpus synthetic:N[:SEED]|DIR --configs-per-matrix C --out DIR
         [--seed S] [--feat N[,N...]] [--pool P] [--chunk K] [--min-rows R] [--max-rows R]
         [--subset-min-rows R] [--subset-max-rows R] [--thread-candidates]
-        [--threads T] [--repeats R] [--timeout S] [--check] [--quiet]
+        [--threads T] [--repeats R] [--timeout S] [--arch sm_80|sm_90] [--check] [--quiet]
         [--executor {local,ray} [--ray-address ADDR] [--workers W]]
         [--rpc-tracker HOST:PORT --rpc-key KEY]
 
@@ -46,7 +46,9 @@ from typing import Sequence
 
 import numpy as np
 
-from . import backends, executors, space, tuner
+from . import backends, executors, space
+from .backends.rpc import wants_rpc
+from .cli import add_rpc_arguments, cli_call, make_backend
 from .data import collect, load_frame
 from .matrix.corpus import load_corpus
 from .ops import OPS
@@ -96,23 +98,15 @@ def parse_feats(text: str) -> list[int]:
 
 
 def backend_options(args: argparse.Namespace) -> dict:
-    """Timing options for the llvm target (other targets take none)."""
+    """Timing options for the llvm target (other targets take none; --arch goes to `cli.make_backend`)."""
     if args.target != "llvm":
         return {}
-    # warmup 0: the backend's first (untimed) call already warms caches and pages.
-    return {"num_threads": args.threads, "warmup": 0, "repeats": args.repeats, "min_seconds": 0.002,
-            "timeout_s": args.timeout}
-
-
-def make_backend(args: argparse.Namespace) -> backends.Backend:
-    """The target's backend; with --rpc-tracker, one that runs the kernels on a remote device."""
-    from .backends.rpc import create_rpc, wants_rpc
-
-    options = backend_options(args)
+    options = {"num_threads": args.threads, "repeats": args.repeats, "min_seconds": 0.002, "timeout_s": args.timeout}
     if not wants_rpc(args.rpc_tracker, args.rpc_key):
-        return backends.create(args.target, **options)
-    options.pop("warmup", None)  # the device's time_evaluator warms up itself
-    return create_rpc(args.target, tracker=args.rpc_tracker, key=args.rpc_key, **options)
+        # warmup 0: the backend's first (untimed) call already warms caches and pages (a remote device's
+        # time_evaluator warms up itself)
+        options["warmup"] = 0
+    return options
 
 
 def make_executor(args: argparse.Namespace) -> executors.Executor:
@@ -136,7 +130,7 @@ def run(args: argparse.Namespace) -> dict:
         raise ValueError(f"--pool must be >= 0 (0: no pool), got {args.pool}")
     corpus = subset_by_rows(load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows),
                             min_rows=args.subset_min_rows, max_rows=args.subset_max_rows)
-    backend = make_backend(args)
+    backend = make_backend(args, **backend_options(args))
     platform_space = space.create(backend.platform, args.op)
     # --thread-candidates: only what tune ranks for this thread count (on 2+ threads the parallel
     # configs), so a multi-thread dataset spends no time on kernels that leave cores idle
@@ -178,6 +172,8 @@ def make_parser() -> argparse.ArgumentParser:
                         help="sample only the configs tune ranks for the thread count (llvm 2+ threads: parallel)")
     parser.add_argument("--repeats", type=int, default=3, help="llvm: timed repeats per config (median)")
     parser.add_argument("--timeout", type=float, default=5.0, help="llvm: seconds one kernel call may take")
+    parser.add_argument("--arch", default=None, choices=("sm_80", "sm_90"),
+                        help="cuda: the GPU architecture the kernels are built for (default: the backend's, sm_80)")
     parser.add_argument("--check", action="store_true", help="compare each output with scipy")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--executor", choices=executors.KINDS, default="local",
@@ -186,14 +182,12 @@ def make_parser() -> argparse.ArgumentParser:
                         help="--executor ray: the cluster to join (default: start a local one)")
     parser.add_argument("--workers", type=int, default=None,
                         help="--executor ray without --ray-address: CPUs of the local cluster (default: all)")
-    parser.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT",
-                        help="llvm, cuda: run the kernels on a device behind this TVM RPC tracker")
-    parser.add_argument("--rpc-key", default=None, help="with --rpc-tracker: the device key")
+    add_rpc_arguments(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args, status, report = tuner.cli_call(run, make_parser(), argv)
+    args, status, report = cli_call(run, make_parser(), argv)
     if status:
         return status
     print(json.dumps(report))

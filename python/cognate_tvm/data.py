@@ -2,7 +2,8 @@
 
 A dataset is a directory of parquet files, one per task measured (a matrix, an
 op, a dense width, a platform and one chunk of configs), plus ``meta.json``
-(format version). Each part file is written to a temporary name and renamed,
+(format version); where pyarrow is missing a part holds the same columns as
+JSON records (``.json``), and `load_frame` reads both. Each part file is written to a temporary name and renamed,
 so a killed collection never leaves half a part, and a rerun skips the parts
 already there: nothing finished is lost and nothing is measured twice. Tasks
 run on an executor (`cognate_tvm.executors`: this process, or a cluster).
@@ -117,15 +118,61 @@ def _atomic_write(path: Path, data: bytes) -> None:
             os.unlink(tmp)
 
 
-def _write_part(path: Path, frame: pd.DataFrame) -> None:
+def _has_pyarrow() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _json_name(part: Path) -> Path:
+    return part.with_suffix(".json")
+
+
+def _write_part(path: Path, frame: pd.DataFrame) -> Path:
+    """Write one part atomically: Parquet, or the same columns as JSON records where pyarrow is
+    missing (`load_frame` reads both). Returns the file written."""
+    if not _has_pyarrow():
+        path = _json_name(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        frame.to_parquet(tmp, engine="pyarrow", index=False)
+        if path.suffix == ".json":
+            frame.to_json(tmp, orient="records", double_precision=15)
+        else:
+            frame.to_parquet(tmp, engine="pyarrow", index=False)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+    return path
+
+
+def _part_done(path: Path) -> bool:
+    return path.exists() or _json_name(path).exists()
+
+
+def _read_part(path: Path) -> pd.DataFrame:
+    if path.suffix == ".json":
+        frame = pd.DataFrame.from_records(json.loads(path.read_text()), columns=list(COLUMNS))
+        frame["time_ms"] = frame["time_ms"].astype(np.float64)  # null (a failed config) -> NaN
+        return frame
+    return pd.read_parquet(path, engine="pyarrow")
+
+
+def save_results(path: str | os.PathLike, backend, name: str, matrix: sp.csr_matrix, op: str | Op, feat: int,
+                 results: Sequence, *, chunk: int | None = None, metadata: Mapping | None = None) -> Path:
+    """Append measured `results` (MeasureResults of one matrix, op and dense width) to the dataset at
+    `path` as one part, as `collect` writes them; for callers that measure themselves (a sweep
+    that times every config in one call). `metadata` joins the backend's in the ``backend``
+    column (e.g. the device's name, the generator arguments of the matrix). Returns the part
+    written (Parquet, or JSON without pyarrow); a part of the same matrix, op, width, platform
+    and `chunk` is replaced."""
+    path = Path(path)
+    _check_meta(path, create=True)
+    frame = results_frame(backend, name, matrix, get_op(op).name, feat, results, metadata=metadata)
+    return _write_part(path / _part_name(name, get_op(op).name, feat, backend.platform, chunk), frame)
 
 
 def _build(item) -> sp.csr_matrix:
@@ -161,20 +208,29 @@ def _task_matrix(task: MeasureTask) -> sp.csr_matrix:
 
 def run_task(backend, task: MeasureTask) -> pd.DataFrame:
     """Measure one task with `backend`; its rows as a DataFrame of `COLUMNS` (a pure function)."""
-    import datetime
-
     matrix = _task_matrix(task)
     results = backend.measure(get_op(task.op), matrix, list(task.configs), task.feat, check=task.check,
                               seed=task.seed)
     if len(results) != len(task.configs):
         raise ShapeError(f"{type(backend).__name__}.measure returned {len(results)} results "
                          f"for {len(task.configs)} configs on {task.name!r}")
+    return results_frame(backend, task.name, matrix, task.op, task.feat, results)
+
+
+def results_frame(backend, name: str, matrix: sp.csr_matrix, op: str, feat: int, results: Sequence, *,
+                  metadata: Mapping | None = None) -> pd.DataFrame:
+    """The rows (`COLUMNS`) of `results`, measured by `backend` on `matrix` (named `name`);
+    `metadata` is added to the backend's own in the ``backend`` column."""
+    import datetime
+
+    extra = dict(metadata or {})
     metadata = backend.metadata() if hasattr(backend, "metadata") else {"target": backend.target}
+    metadata.update(extra)
     metadata["cognate_tvm"] = __version__
     frame = pd.DataFrame({
-        "matrix": task.name, "matrix_hash": matrix_hash(matrix), "rows": int(matrix.shape[0]),
-        "cols": int(matrix.shape[1]), "nnz": int(matrix.nnz), "op": task.op, "platform": backend.platform,
-        "target": backend.target, "feat": int(task.feat),
+        "matrix": name, "matrix_hash": matrix_hash(matrix), "rows": int(matrix.shape[0]),
+        "cols": int(matrix.shape[1]), "nnz": int(matrix.nnz), "op": op, "platform": backend.platform,
+        "target": backend.target, "feat": int(feat),
         "config": [r.config.to_json() for r in results],
         "time_ms": [float(r.time_ms) if r.ok else np.nan for r in results],
         "error": [None if r.ok else (r.error or "output check failed") for r in results],
@@ -238,10 +294,10 @@ def collect(backend, op: str | Op, matrices: Mapping[str, object] | Iterable, co
 
     path = Path(path)
     _check_meta(path, create=True)
-    for stale in path.glob(".*.parquet.*.tmp"):  # a part a killed run was writing: it is measured again
+    for stale in [*path.glob(".*.parquet.*.tmp"), *path.glob(".*.json.*.tmp")]:  # a part a killed run was writing: it is measured again
         stale.unlink(missing_ok=True)
     tasks = plan_tasks(op, backend.platform, matrices, configs, feat=feat, check=check, seed=seed, chunk=chunk)
-    todo = [t for t in tasks if not (path / t.part).exists()]
+    todo = [t for t in tasks if not _part_done(path / t.part)]
     logger.info("collect: %d of %d tasks to measure into %s", len(todo), len(tasks), path)
     runner = create_executor(executor or "local")
     bar = tqdm(total=sum(len(t.configs) for t in todo), desc=f"collect {get_op(op).name}/{backend.platform}",
@@ -259,10 +315,11 @@ def load_frame(path: str | os.PathLike) -> pd.DataFrame:
     if not path.is_dir():
         raise FileNotFoundError(f"dataset directory not found: {path}")
     _check_meta(path, create=False)
-    parts = sorted(path.glob("*.parquet"))
+    parts = sorted([*path.glob("*.parquet"), *path.glob("*.json")])
+    parts = [p for p in parts if p.name != META_FILE]
     if not parts:
         return pd.DataFrame({c: [] for c in COLUMNS})
-    return pd.concat([pd.read_parquet(p, engine="pyarrow") for p in parts], ignore_index=True)
+    return pd.concat([_read_part(p) for p in parts], ignore_index=True)
 
 
 def groups_from_frame(frame: pd.DataFrame, *, space: Space, matrices: Mapping[str, object],
@@ -319,7 +376,7 @@ def pick_diverse(embeddings: Mapping[str, np.ndarray], count: int, *, seed: int 
 
     A user picks which target matrices to spend simulations on before simulating any; the
     matrix embedding is free. A uniform draw of 5 misses a family 1 time in 2 when a family is
-    an eighth of the pool (run L's seed 2: no R-MAT graph, and no R-MAT pick right). `prefer`
+    an eighth of the pool (a draw without an R-MAT graph then picks no R-MAT matrix right). `prefer`
     lets each cluster send its largest matrix, where the configuration choice matters most.
     """
     from scipy.cluster.vq import kmeans2

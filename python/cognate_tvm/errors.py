@@ -37,3 +37,37 @@ class DeviceUnavailableError(CognateError, RuntimeError):
 
 class PretrainedNotFoundError(CognateError, LookupError):
     """A shipped (pre-trained or fine-tuned) model was asked for that the package does not hold."""
+
+
+class TuningError(CognateError, RuntimeError):
+    """A search ended without a usable result (no successful record, or none with the right output).
+
+    `trials` holds every measurement of the search in order, each (config, ms or None for a failed
+    one), and `rejected` the records whose output was wrong, each (config, reason): the failures as
+    MetaSchedule recorded them.
+    """
+
+    def __init__(self, message: str, *, trials: list | None = None, rejected: list | None = None):
+        super().__init__(message)
+        self.trials = list(trials or [])
+        self.rejected = list(rejected or [])
+
+
+class NotFittedError(CognateError, RuntimeError):
+    """A model or baseline was asked to predict before it was fitted."""
+
+
+class DTypeError(CognateError, TypeError):
+    """A tensor of a data type the operation does not take (the kernels compute in float32)."""
+
+
+class DeviceMismatchError(CognateError, ValueError):
+    """Operands on different devices, or on a device the matrix's kernels were not built for."""
+
+
+class LayoutError(CognateError, ValueError):
+    """A tensor whose memory layout a kernel cannot read in place (e.g. not contiguous)."""
+
+
+class IndexOutOfRangeError(CognateError, IndexError):
+    """A sparse matrix index (column id, row pointer) outside the matrix's shape."""

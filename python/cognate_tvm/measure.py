@@ -15,20 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Sequence
 
-from . import backends, space, tuner
+from . import space, tuner
+from .cli import add_common_arguments, cli_call, make_backend, parse_configs
 from .matrix import load_matrix
-from .ops import OPS, get_op
-
-EXAMPLE_MATRIX = tuner.EXAMPLE_MATRIX
-
-
-def make_backend(args: argparse.Namespace) -> backends.Backend:
-    """The backend the common arguments ask for: local, or on a device behind an RPC tracker."""
-    return tuner.create_backend(args.target, arch=args.arch, compile_only=args.compile_only,
-                                rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key)
+from .ops import get_op
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -38,7 +30,7 @@ def run(args: argparse.Namespace) -> dict:
     matrix = load_matrix(args.matrix)
     backend = make_backend(args)
     platform_space = space.create(backend.platform, op.name)
-    configs = tuner.parse_configs(args.configs, platform_space, args.seed)
+    configs = parse_configs(args.configs, platform_space, args.seed)
     results = tuner.measure_configs(backend, op, matrix, configs, args.feat, check=args.check, seed=args.seed,
                                     progress=not args.quiet, desc=f"{op.name} on {args.target}")
     vendor = tuner.vendor_report(backend, op, matrix, args.feat, args.seed) if args.vendor else None
@@ -69,25 +61,6 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments shared by the measure and tune CLIs: what to run, where, and how to report."""
-    parser.add_argument("op", choices=sorted(OPS))
-    parser.add_argument("--target", default="llvm", choices=backends.TARGETS)
-    parser.add_argument("--matrix", type=Path, default=EXAMPLE_MATRIX,
-                        help=".mtx, .npz or edge list (default: the bundled example)")
-    parser.add_argument("--feat", type=int, default=128, help="dense width N (default 128)")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the config sample and the dense inputs")
-    parser.add_argument("--vendor", action="store_true", help="also time the vendor library")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.add_argument("--arch", default=None, help="GPU architecture for --target cuda (sm_80, sm_90)")
-    parser.add_argument("--compile-only", action="store_true",
-                        help="--target cuda: build and compile to PTX, do not run")
-    parser.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT",
-                        help="llvm, cuda: build here, run on a device behind this TVM RPC tracker")
-    parser.add_argument("--rpc-key", default=None, help="with --rpc-tracker: the device key")
-
-
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m cognate_tvm.measure", description=__doc__.split("\n")[0])
     add_common_arguments(parser)
@@ -97,7 +70,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args, status, report = tuner.cli_call(run, make_parser(), argv)
+    args, status, report = cli_call(run, make_parser(), argv)
     if status:
         return status
     print(json.dumps(report, indent=1) if args.json else format_table(report))

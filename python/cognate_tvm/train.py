@@ -5,10 +5,14 @@ of the same matrix with times t_a > t_b (a slower), the model should score
 ``s_a - s_b >= margin``; the loss is ``relu(margin - (s_a - s_b))`` averaged over
 sampled pairs. Pairs never mix matrices or dense widths.
 
-Evaluation (DESIGN.md, "Evaluation protocol"): matrices are split by name
+Evaluation (the protocol of docs/transfer.md): matrices are split by name
 (`cognate_tvm.data.split_by_matrix`), choices are made on validation only, and
 `transfer_experiment` repeats a whole pre-train / fine-tune / test run over
 seeds so results carry a spread.
+
+The loops take any model whose ``net`` is a module with ``components`` (what may be frozen),
+``component(name)`` (their modules) and ``score``; they import no model, so the model's ``fit``
+and ``finetune`` import them (not the other way round).
 """
 from __future__ import annotations
 
@@ -123,13 +127,12 @@ def group_loss(scores: torch.Tensor, times: torch.Tensor, train, generator: torc
 
 
 def _set_trainable(model, frozen: set[str]) -> list[torch.nn.Parameter]:
-    from .model.predictor import COMPONENTS
-
-    unknown = frozen - set(COMPONENTS)
+    components = model.net.components
+    unknown = frozen - set(components)
     if unknown:
-        raise ValueError(f"unknown component(s) to freeze {sorted(unknown)}; valid: {', '.join(COMPONENTS)}")
+        raise ValueError(f"unknown component(s) to freeze {sorted(unknown)}; valid: {', '.join(components)}")
     params = []
-    for name in COMPONENTS:
+    for name in components:
         for module in model.net.component(name):
             for p in module.parameters():
                 p.requires_grad_(name not in frozen)

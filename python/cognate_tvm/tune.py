@@ -47,9 +47,9 @@ from pathlib import Path
 from typing import Sequence
 
 from . import search, tuner
+from .cli import add_common_arguments, cli_call, flag, make_backend
 from .errors import DeviceUnavailableError
 from .matrix import load_matrix
-from .measure import add_common_arguments, make_backend
 from .ops import get_op
 
 log = logging.getLogger(__name__)
@@ -60,25 +60,16 @@ DEFAULT_FIXED = tuner.DEFAULT_FIXED
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    if args.feat < 1:
-        raise ValueError(f"--feat must be >= 1, got {args.feat}")
-    if args.top_k is not None and args.top_k < 1:
-        raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
-    if args.budget < 0:
-        raise ValueError(f"--budget must be >= 0, got {args.budget}")
-    if args.fixed < 0 or (args.top_k is not None and args.fixed > args.top_k):
-        raise ValueError(f"--fixed must be in [0, --top-k={args.top_k}], got {args.fixed}")
-    if args.oracle_sample < 1:
-        raise ValueError(f"--oracle-sample must be >= 1, got {args.oracle_sample}")
-    if args.diversity is not None and args.diversity < 1:
-        raise ValueError(f"--diversity must be >= 1, got {args.diversity}")
+    """`tuner.check_tune_options` in flags, before the matrix is read; and what --compile-only excludes."""
+    tuner.check_tune_options(feat=args.feat, top_k=args.top_k, budget=args.budget, fixed=args.fixed,
+                             diversity=args.diversity, oracle_sample=args.oracle_sample, name=flag)
     if args.compile_only:
         if args.out is None:
             raise ValueError("--compile-only writes the top-k kernels to a directory: give --out DIR")
-        for flag, value in (("--budget", args.budget), ("--oracle", args.oracle), ("--vendor", args.vendor),
+        for option, value in (("--budget", args.budget), ("--oracle", args.oracle), ("--vendor", args.vendor),
                             ("--save-model", args.save_model)):
             if value:
-                raise ValueError(f"{flag} needs timed runs; it cannot be used with --compile-only")
+                raise ValueError(f"{option} needs timed runs; it cannot be used with --compile-only")
 
 
 def run(args: argparse.Namespace) -> tuple[dict, tuner.TuneResult | None]:
@@ -238,7 +229,7 @@ def _hint(exc: Exception, args) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit status: 0 tuned, 1 no config could be measured, 2 bad input or a target that cannot run here."""
-    args, status, result = tuner.cli_call(run, make_parser(), argv, hint=_hint)
+    args, status, result = cli_call(run, make_parser(), argv, hint=_hint)
     if status:
         return status
     report, tuned = result

@@ -10,7 +10,7 @@ an op and platform), and tuning itself:
 >>> tuned = tuner.tune("spmm", A, backend=backend, feat=128)               # doctest: +SKIP
 >>> tuned.chosen.config, tuned.confirmed                                   # doctest: +SKIP
 
-`tune` (DESIGN.md, "Tuning"): the shipped model of the op and the backend's
+`tune`: the shipped model of the op and the backend's
 platform ranks the space's candidates for the backend's kernel threads
 (`Space.candidates`: all configs but on the CPU, where parallel or serial ones
 follow the thread count); a platform without a shipped model uses the CPU
@@ -54,8 +54,8 @@ from tqdm import tqdm
 
 from . import backends, space
 from .backends.base import Backend, MeasureResult, pick_checked, time_side_by_side
-from .backends.rpc import RPCSettingsError, create_rpc, wants_rpc
-from .errors import CognateError, ModelVersionError, PretrainedNotFoundError
+from .backends.rpc import create_rpc, wants_rpc
+from .errors import ModelVersionError, PretrainedNotFoundError
 from .ops import Op, get_op
 from . import search as search_strategies
 from .search import (DEFAULT_STRATEGY, SearchStrategy, fixed_candidates, measured_group, pick_top,  # noqa: F401
@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 
 EXAMPLE_MATRIX = Path(__file__).resolve().parent / "sample_matrices" / "example_powerlaw.mtx"
 BATCH = 8                # configs per backend call: small enough for a live progress bar
-DEFAULT_TOP_K = 5        # configs measured from the model's ranking (DESIGN.md: top-5)
+DEFAULT_TOP_K = 5        # configs measured from the model's ranking (the protocol's top-5, docs/transfer.md)
 DEFAULT_BUDGET = 0       # target measurements to fine-tune on before ranking
 # Of the top-k, how many are the model's best fixed configs (the ones that did best over its
 # training matrices, `RankingModel.fixed_configs`) rather than its picks for this matrix: one
@@ -86,24 +86,6 @@ ORACLE_SAMPLE = 512
 
 # -- backends and measuring ------------------------------------------------------------
 
-def cli_call(run, parser, argv: Sequence[str] | None, *, hint=None):
-    """(args, exit status, result) of a CLI: `run(args)` on the parsed `argv`.
-
-    Bad input and a target that cannot run here print ``error: ...`` (and
-    ``hint: ...`` where `hint(exc, args)` has one) and give status 2, result None.
-    """
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        return args, 0, run(args)
-    except (CognateError, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        advice = hint(exc, args) if hint is not None else None
-        if advice:
-            print(f"hint: {advice}", file=sys.stderr)
-        return args, 2, None
-
-
 def create_backend(target: str | Backend, *, arch: str | None = None, compile_only: bool = False,
                    rpc_tracker: str | None = None, rpc_key: str | None = None, **options) -> Backend:
     """The backend of `target` with the given options; ValueError if the target does not take one.
@@ -111,37 +93,20 @@ def create_backend(target: str | Backend, *, arch: str | None = None, compile_on
     With `rpc_tracker` ("HOST:PORT") and `rpc_key`, the kernels are built here and
     run on a device behind that TVM RPC tracker (`backends.rpc.create_rpc`);
     `RPCSettingsError` (a ValueError) when only one is given, the address is bad,
-    or the target cannot run remotely.
+    or the target cannot run remotely (a remote backend takes no `compile_only`).
     """
     if isinstance(target, Backend):
         return target
-    remote = wants_rpc(rpc_tracker, rpc_key)
     if arch is not None:
         options["arch"] = arch
     if compile_only:
-        if remote:
-            raise RPCSettingsError("--compile-only runs nothing: it does not take --rpc-tracker/--rpc-key")
         options["compile_only"] = True
     try:
-        if remote:
+        if wants_rpc(rpc_tracker, rpc_key):
             return create_rpc(target, tracker=rpc_tracker, key=rpc_key, **options)
         return backends.create(target, **options)
     except TypeError as exc:
         raise ValueError(f"target {target!r} does not take option(s) {sorted(options)}: {exc}") from None
-
-
-def parse_configs(spec: str, platform_space: space.Space, seed: int) -> list[space.Config]:
-    """'all', 'baseline' or 'sample:N' -> configs (the baseline always comes first)."""
-    baseline = platform_space.baseline()
-    if spec == "baseline":
-        return [baseline]
-    if spec == "all":
-        chosen = platform_space.configs()
-    elif spec.startswith("sample:") and spec[7:].isdigit() and int(spec[7:]) > 0:
-        chosen = platform_space.sample(int(spec[7:]), seed)
-    else:
-        raise ValueError(f"--configs must be 'all', 'baseline' or 'sample:N' with N > 0, got {spec!r}")
-    return [baseline] + [c for c in chosen if c != baseline]
 
 
 def measure_configs(backend: Backend, op: Op | str, matrix: sp.csr_matrix, configs: Sequence[space.Config],
@@ -325,6 +290,27 @@ class TuneResult:
         return [r for r in self.measured if not r.ok]
 
 
+def check_tune_options(*, feat: int, top_k: int | None, budget: int, fixed: int, diversity: int | None = None,
+                       oracle_sample: int | None = None, name=lambda option: option) -> None:
+    """ValueError naming the first of `tune`'s options out of range (`oracle_sample`: only when given;
+    `top_k` None: the search strategy's default).
+
+    `name` spells an option as the caller knows it (the CLI: ``--top-k`` for ``top_k``).
+    """
+    if int(feat) < 1:
+        raise ValueError(f"{name('feat')} must be >= 1, got {feat}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"{name('top_k')} must be >= 1, got {top_k}")
+    if budget < 0:
+        raise ValueError(f"{name('budget')} must be >= 0, got {budget}")
+    if fixed < 0 or (top_k is not None and fixed > top_k):
+        raise ValueError(f"{name('fixed')} must be in [0, {name('top_k')}={top_k}], got {fixed}")
+    if oracle_sample is not None and oracle_sample < 1:
+        raise ValueError(f"{name('oracle_sample')} must be >= 1, got {oracle_sample}")
+    if diversity is not None and diversity < 1:
+        raise ValueError(f"{name('diversity')} must be >= 1, got {diversity}")
+
+
 def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 128, model=None,
          model_source: str | None = None, pretrained_root: str | os.PathLike | None = None,
          budget: int = DEFAULT_BUDGET, top_k: int | None = None, fixed: int = DEFAULT_FIXED, seed: int = 0,
@@ -352,16 +338,7 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
     oracle : also sweep the space (`measure_oracle`) to see how far the choice is from its best.
     """
     op = get_op(op)
-    if int(feat) < 1:
-        raise ValueError(f"feat must be >= 1, got {feat}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
-    if budget < 0:
-        raise ValueError(f"budget must be >= 0, got {budget}")
-    if fixed < 0 or (top_k is not None and fixed > top_k):
-        raise ValueError(f"fixed must be in [0, top_k={top_k}], got {fixed}")
-    if diversity is not None and diversity < 1:
-        raise ValueError(f"diversity must be >= 1, got {diversity}")
+    check_tune_options(feat=feat, top_k=top_k, budget=budget, fixed=fixed, diversity=diversity)
     strategy = search_strategies.create(search, **({} if top_k is None else {"measurements": top_k}))
     platform_space = space.create(backend.platform, op.name)
     baseline = platform_space.baseline()
@@ -563,58 +540,15 @@ def chosen_time_ms(tuned: TuneResult) -> float | None:
 
 # -- writing kernels out -------------------------------------------------------------------
 
-def _write_llvm_kernel(backend, op: Op, config, feat: int, directory: Path, stem: str) -> dict:
-    """The exported TVM library of `config`'s kernel (entry "main"); see cognate_tvm.kernels.cpu."""
-    from .kernels.cpu import build_kernel, cpu_target
-
-    path = directory / f"{stem}.so"
-    # Built afresh (~0.1 s): a library the kernel cache loaded from disk cannot be exported again.
-    build_kernel(op, config, feat, cpu_target(backend.num_threads, backend.mcpu)).export_library(str(path))
-    return {"library": path.name, "entry": "main",
-            "arguments": "m, ncols, nnz, npanels, indptr, indices, vals, [perm (SDDMM with column panels)], "
-                         "dense operands padded to padded_width, output (cognate_tvm.kernels.cpu."
-                         "kernel_arguments builds them)",
-            "padded_width": config.padded_width(feat)}
-
-
-def _write_cuda_kernel(backend, op: Op, config, feat: int, directory: Path, stem: str) -> dict:
-    """The CUDA source of `config`'s kernel variant and its PTX (when nvcc is found)."""
-    from .kernels import cuda as kcuda
-
-    key = kcuda.kernel_key(op, config)
-    source = kcuda.cuda_source(kcuda.build([key], arch=backend.arch))
-    (directory / f"{stem}.cu").write_text(source)
-    out = {"source": f"{stem}.cu", "kernels": list(key.kernel_names), "arch": backend.arch, "ptx": None}
-    try:
-        ptx = kcuda.compile_ptx(source, arch=backend.arch, nvcc=backend.nvcc)
-    except kcuda.NvccError as exc:
-        out["ptx_error"] = str(exc)
-        return out
-    (directory / f"{stem}.ptx").write_text(ptx)
-    out["ptx"] = f"{stem}.ptx"
-    return out
-
-
-# target -> writer of a config's kernel; a backend may also offer `export_kernel(op, config, feat, dir, stem)`.
-KERNEL_WRITERS = {"llvm": _write_llvm_kernel, "cuda": _write_cuda_kernel}
-
-
 def write_kernel(backend: Backend, op: Op | str, config: space.Config, feat: int, directory: str | os.PathLike,
                  *, stem: str = "kernel") -> dict:
-    """Write `config`'s kernel for `backend` under `directory`; returns what was written (file names).
-
-    A target without kernels (a simulator) writes nothing and says so.
+    """Write `config`'s kernel for `backend` under `directory` (`Backend.export_kernel`); returns what was
+    written (file names). A target without kernels (a simulator) writes nothing and says so.
     """
     op = get_op(op)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    export = getattr(backend, "export_kernel", None)
-    if export is not None:
-        return export(op, config, feat, directory, stem)
-    writer = KERNEL_WRITERS.get(backend.target)
-    if writer is None:
-        return {"note": f"target {backend.target!r} has no kernel to write (its times are simulated)"}
-    return writer(backend, op, config, feat, directory, stem)
+    return backend.export_kernel(op, config, feat, directory, stem)
 
 
 def write_outputs(directory: str | os.PathLike, backend: Backend, op: Op | str, tuned: TuneResult, feat: int,
@@ -671,7 +605,7 @@ def compile_top_k(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat
 
 
 __all__ = ["BATCH", "DEFAULT_BUDGET", "DEFAULT_TOP_K", "EXAMPLE_MATRIX", "ORACLE_SAMPLE", "ORACLE_WHOLE_SPACE",
-           "OracleResult", "TuneResult", "choose", "fixed_candidates", "pick_top", "chosen_time_ms", "compile_top_k",
-           "create_backend", "load_model", "load_shipped_model", "measure_configs", "measure_oracle",
-           "measure_report", "oracle_configs", "parse_configs", "sample_configs", "tune", "tune_report",
+           "OracleResult", "TuneResult", "check_tune_options", "choose", "fixed_candidates", "pick_top",
+           "chosen_time_ms", "compile_top_k", "create_backend", "load_model", "load_shipped_model", "measure_configs", "measure_oracle",
+           "measure_report", "oracle_configs", "sample_configs", "tune", "tune_report",
            "vendor_report", "write_kernel", "write_outputs"]

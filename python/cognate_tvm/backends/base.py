@@ -15,6 +15,7 @@ import platform as _platform
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, ClassVar, Sequence
 
 import numpy as np
@@ -71,6 +72,11 @@ class Backend(ABC):
     def kernel_threads(self) -> int | None:
         """The CPU threads each kernel runs on, for targets where that is a setting (else None)."""
         return None
+
+    def export_kernel(self, op: Op, config: Config, feat: int, directory: Path, stem: str) -> dict:
+        """Write `config`'s kernel under `directory` as ``<stem>.*``; returns what was written (file names,
+        how to call it). A target without kernels (a simulator) writes nothing and says so."""
+        return {"note": f"target {self.target!r} has no kernel to write (its times are simulated)"}
 
     def metadata(self) -> dict:
         """What a merged dataset needs to know about where results came from."""

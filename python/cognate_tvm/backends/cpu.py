@@ -32,6 +32,7 @@ from ..ops import Op, get_op
 from ..space.base import Config
 from ..space.cpu import CPUConfig, CPUSpace
 from .base import Backend, MeasureResult, VendorLibrary, check_output, measure_inputs, median_time_ms
+from .export import export_llvm_kernel
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class LLVMBackend(Backend):
 
     target = "llvm"
     platform = "cpu"
+    export_kernel = export_llvm_kernel
 
     def __init__(self, *, num_threads: int | None = None,
                  cache_dir: str | os.PathLike | None = DEFAULT_CACHE_DIR, warmup: int = 2, repeats: int = 7,
@@ -186,22 +188,71 @@ class LLVMBackend(Backend):
         return results
 
 
+class KernelOperands:
+    """The CPU kernels' operands of one matrix in one measure call, each built once and shared by the
+    configs: the sparse formats per panel layout and the dense operands per padded width.
+
+    It holds no device and no session (the caller passes them to `call_args`), so a remote session is
+    closed as soon as its run is dropped.
+    """
+
+    def __init__(self, op: Op, matrix: sp.csr_matrix, feat: int, dense: list[np.ndarray]):
+        self.op, self.matrix, self.feat, self.dense = op, matrix, feat, dense
+        self._sparse: dict[tuple, object] = {}
+        self._padded: dict[int, list[np.ndarray]] = {}
+
+    def call_args(self, config: CPUConfig, *, on_device, device) -> list:
+        """The kernel's arguments for `config` where the kernels run (`on_device`: a numpy array -> a TVM
+        tensor there), a fresh (NaN) output on `device` last."""
+        import tvm
+
+        from ..kernels.cpu import kernel_arguments, pad_dense, prepare_sparse
+
+        key = (config.single_panel, config.panel_width(self.matrix.shape[1]))
+        if key not in self._sparse:
+            self._sparse[key] = prepare_sparse(self.op, self.matrix, config)
+        width = config.padded_width(self.feat)
+        if width not in self._padded:
+            self._padded[width] = [pad_dense(d, width) for d in self.dense]
+        args = kernel_arguments(self.op, self.matrix, config, self.feat, self._padded[width], self._sparse[key])
+        call_args = [a if isinstance(a, int) else on_device(a) for a in args[:-1]]
+        call_args.append(tvm.runtime.tensor(args[-1], device))
+        return call_args
+
+    def first_run(self, config: CPUConfig, call_args: list, first_s: float, *, check: bool, timeout_s: float,
+                  extra: dict) -> tuple[bool | None, MeasureResult | None]:
+        """What the first run (`first_s` seconds, its output in `call_args`' last) says: whether the output
+        matches scipy (with `check`, else None), and a failed result when it took over `timeout_s`."""
+        from ..kernels.cpu import unpad_output
+
+        correct = None
+        if check:
+            output = unpad_output(self.op, call_args[-1].numpy(), self.feat)
+            correct = check_output(self.op, self.matrix, self.dense, output)
+        if first_s > timeout_s:
+            return correct, MeasureResult(config, None, correct=correct, extra=extra,
+                                          error=f"timeout: one call took {first_s:.2f} s > {timeout_s} s")
+        return correct, None
+
+
+def timing_plan(first_s: float, *, timeout_s: float, repeats: int, min_seconds: float,
+                warmup: int = 0) -> tuple[int, int, float]:
+    """(budget, repeats, min_seconds) of the timed runs after a first run of `first_s` seconds: the runs
+    that fit in `timeout_s` (`budget`), at most `repeats` of them after `warmup`, each at least
+    `min_seconds` long but not so long that they overrun the timeout."""
+    budget = max(1, int(timeout_s / max(first_s, 1e-9)))
+    repeats = max(1, min(repeats, budget - warmup))
+    return budget, repeats, min(min_seconds, timeout_s / (repeats + 1))
+
+
 class _Run:
     """One measure() call: shares format conversions and device arrays between configs."""
 
     def __init__(self, backend: LLVMBackend, op: Op, matrix: sp.csr_matrix, feat: int,
                  dense: list[np.ndarray]):
-        self.backend, self.op, self.matrix, self.feat, self.dense = backend, op, matrix, feat, dense
-        self._sparse: dict[tuple, object] = {}
-        self._padded: dict[int, list[np.ndarray]] = {}
+        self.backend, self.op, self.feat = backend, op, feat
         self._device: dict[int, tuple] = {}  # id(numpy input) -> (array kept alive, device copy)
-
-    def _padded_dense(self, width: int) -> list[np.ndarray]:
-        from ..kernels.cpu import pad_dense
-
-        if width not in self._padded:
-            self._padded[width] = [pad_dense(d, width) for d in self.dense]
-        return self._padded[width]
+        self.operands = KernelOperands(op, matrix, feat, dense)
 
     def _on_device(self, array: np.ndarray):
         """Inputs are copied to TVM once per measure() call and shared by the configs."""
@@ -211,26 +262,12 @@ class _Run:
             self._device[id(array)] = (array, tvm.runtime.tensor(array, tvm.cpu()))
         return self._device[id(array)][1]
 
-    def _sparse_operand(self, config: CPUConfig):
-        from ..kernels.cpu import prepare_sparse
-
-        key = (config.single_panel, config.panel_width(self.matrix.shape[1]))
-        if key not in self._sparse:
-            self._sparse[key] = prepare_sparse(self.op, self.matrix, config)
-        return self._sparse[key]
-
     def prepare(self, config: CPUConfig):
         """(call, call_args): the compiled kernel bound to this run's inputs and a fresh output."""
         import tvm
 
-        from ..kernels.cpu import kernel_arguments
-
         func = self.backend.kernel(self.op, config, self.feat)["main"]
-        args = kernel_arguments(self.op, self.matrix, config, self.feat,
-                                self._padded_dense(config.padded_width(self.feat)),
-                                self._sparse_operand(config))
-        call_args = [a if isinstance(a, int) else self._on_device(a) for a in args[:-1]]
-        call_args.append(tvm.runtime.tensor(args[-1], tvm.cpu()))  # a fresh (NaN) output per config
+        call_args = self.operands.call_args(config, on_device=self._on_device, device=tvm.cpu())
 
         def call():
             func(*call_args)
@@ -246,8 +283,6 @@ class _Run:
         return unpad_output(self.op, call_args[-1].numpy(), self.feat)
 
     def measure(self, config: CPUConfig, check: bool) -> MeasureResult:
-        from ..kernels.cpu import unpad_output
-
         backend = self.backend
         start = time.perf_counter()
         call, call_args = self.prepare(config)
@@ -257,16 +292,12 @@ class _Run:
         call()
         first_s = time.perf_counter() - start
         extra = {"build_s": round(build_s, 4)}
-        correct = None
-        if check:
-            output = unpad_output(self.op, call_args[-1].numpy(), self.feat)
-            correct = check_output(self.op, self.matrix, self.dense, output)
-        if first_s > backend.timeout_s:
-            return MeasureResult(config, None, correct=correct, extra=extra,
-                                 error=f"timeout: one call took {first_s:.2f} s > {backend.timeout_s} s")
-        budget = max(1, int(backend.timeout_s / max(first_s, 1e-9)))
-        repeats = max(1, min(backend.repeats, budget - backend.warmup))
-        min_seconds = min(backend.min_seconds, backend.timeout_s / (repeats + 1))
+        correct, failed = self.operands.first_run(config, call_args, first_s, check=check,
+                                                  timeout_s=backend.timeout_s, extra=extra)
+        if failed is not None:
+            return failed
+        budget, repeats, min_seconds = timing_plan(first_s, timeout_s=backend.timeout_s, repeats=backend.repeats,
+                                                   min_seconds=backend.min_seconds, warmup=backend.warmup)
         clock = time.thread_time if backend.clock == "thread" else time.perf_counter
         time_ms = median_time_ms(call, warmup=min(backend.warmup, budget), repeats=repeats,
                                  min_seconds=min_seconds, clock=clock)

@@ -60,8 +60,9 @@ from ..kernels.cache import DEFAULT_CACHE_DIR
 from ..ops import Op
 from ..space.base import Config, Space
 from ..space.cpu import CPUConfig, CPUSpace
-from .base import Backend, MeasureResult, check_output, measure_inputs
-from .cpu import LLVMBackend
+from .base import Backend, MeasureResult, measure_inputs
+from .cpu import KernelOperands, LLVMBackend, timing_plan
+from .export import export_llvm_kernel
 
 log = logging.getLogger(__name__)
 
@@ -329,6 +330,7 @@ class RPCLLVMBackend(RPCBackend):
 
     target = "llvm"
     platform = "cpu"
+    export_kernel = export_llvm_kernel
 
     def __init__(self, *, tracker: str, key: str, num_threads: int | None = None, mcpu: str | None = None,
                  cache_dir: str | os.PathLike | None = DEFAULT_CACHE_DIR, repeats: int = 7,
@@ -408,44 +410,23 @@ class _RemoteRun(RemoteSession):
             log.warning("RPC server %s runs %d threads, the kernels were built for %d: start it with "
                         "TVM_NUM_THREADS=%d", self.server, self.threads, backend.num_threads,
                         backend.num_threads)
-        self._sparse: dict[tuple, object] = {}
-        self._padded: dict[int, list[np.ndarray]] = {}
-
-    def _arguments(self, config: CPUConfig) -> list:
-        import tvm
-
-        from ..kernels.cpu import kernel_arguments, pad_dense, prepare_sparse
-
-        key = (config.single_panel, config.panel_width(self.matrix.shape[1]))
-        if key not in self._sparse:
-            self._sparse[key] = prepare_sparse(self.op, self.matrix, config)
-        width = config.padded_width(self.feat)
-        if width not in self._padded:
-            self._padded[width] = [pad_dense(d, width) for d in self.dense]
-        args = kernel_arguments(self.op, self.matrix, config, self.feat, self._padded[width], self._sparse[key])
-        call_args = [a if isinstance(a, int) else self.on_device(a) for a in args[:-1]]
-        call_args.append(tvm.runtime.tensor(args[-1], self.device))  # a fresh (NaN) output per config
-        return call_args
+        self.operands = KernelOperands(op, matrix, feat, dense)
 
     def measure(self, config: CPUConfig, library: Path, check: bool) -> MeasureResult:
-        from ..kernels.cpu import unpad_output
-
         backend = self.backend
         module = self.module(library)
-        call_args = self._arguments(config)
+        call_args = self.operands.call_args(config, on_device=self.on_device, device=self.device)
         extra = {"rpc_server": self.server, "remote_threads": self.threads}
         once = module.time_evaluator("main", self.device, number=1, repeat=1)
         first_s = float(once(*call_args).mean)  # the first run, timed on the device
-        correct = None
-        if check:  # the first run's output, fetched back
-            output = unpad_output(self.op, call_args[-1].numpy(), self.feat)
-            correct = check_output(self.op, self.matrix, self.dense, output)
-        if first_s > backend.timeout_s:
-            return MeasureResult(config, None, correct=correct, extra=extra,
-                                 error=f"timeout: one call took {first_s:.2f} s > {backend.timeout_s} s")
-        budget = max(1, int(backend.timeout_s / max(first_s, 1e-9)))
-        repeats = max(1, min(backend.repeats, budget))
-        min_ms = int(1e3 * min(backend.min_seconds, backend.timeout_s / (repeats + 1)))
+        # with `check`, the first run's output is fetched back
+        correct, failed = self.operands.first_run(config, call_args, first_s, check=check,
+                                                  timeout_s=backend.timeout_s, extra=extra)
+        if failed is not None:
+            return failed
+        _, repeats, min_seconds = timing_plan(first_s, timeout_s=backend.timeout_s, repeats=backend.repeats,
+                                              min_seconds=backend.min_seconds)
+        min_ms = int(1e3 * min_seconds)
         timer = module.time_evaluator("main", self.device, number=1, repeat=repeats, min_repeat_ms=min_ms)
         samples = np.asarray(timer(*call_args).results, dtype=np.float64)
         return MeasureResult(config, float(np.median(samples) * 1e3), correct=correct, extra=extra)

@@ -40,6 +40,7 @@ from ..ops import Op
 from ..space.gpu import GPUConfig, GPUSpace
 from .base import MeasureResult
 from .cuda import _RunContext, outputs_match
+from .export import export_cuda_kernel
 from .rpc import RPCBackend, RemoteSession
 
 NO_REMOTE_GPU_MESSAGE = (
@@ -76,6 +77,7 @@ class RPCCUDABackend(RPCBackend):
 
     target = "cuda"
     platform = "gpu"
+    export_kernel = export_cuda_kernel
 
     def __init__(self, *, tracker: str, key: str, arch: str = "sm_80", device_id: int = 0, number: int = 10,
                  repeat: int = 5, min_repeat_ms: float = 1.0, nvcc: str | os.PathLike | None = None,

@@ -8,7 +8,13 @@ tx and the vector width v, which are compile-time constants. The number of
 panels, the rows per block I (`blockDim.y`, a launch parameter), the matrix
 shape, nnz and the dense width are runtime arguments, so one compiled kernel
 serves every matrix, `parts`, `rows_per_block` and `feat`: compile each variant
-once and cache it (SpMM: 48 variants, SDDMM: 24).
+once and cache it (plain configs: SpMM 48 variants, SDDMM 24).
+
+Chunked configs (`chunk` > 0) use the "chunk" layout: a table of row chunks
+(`cuda_prep.chunk_table`) walked by one thread group per chunk, with vectors
+per thread CPT and row caching as further compile-time constants; the chunk
+length and the swizzle are host-side preparation only, so they add no
+variant (SpMM: 12 chunk variants, SDDMM: 12; 96 in all).
 
 Dense operands are passed as [rows, nvec * v] float32 arrays (nvec = number of
 v-wide vectors per dense row); vector loads are `float2`/`float4` and aligned
@@ -20,6 +26,9 @@ SpMM threads: (blockIdx.x: I-row groups, blockIdx.y: tx*v dense chunks,
 each thread keeps a v-wide accumulator in registers. SDDMM threads: a group of
 tx lanes per row walks the row's nonzeros; each lane accumulates a partial dot
 product over its vectors and the group sums it with `__shfl_xor_sync`.
+Chunk kernels: (blockIdx.x: I-chunk groups, [SpMM blockIdx.y: tx*v*CPT dense
+chunks]) x (threadIdx.y: I chunks, threadIdx.x: tx), each thread holding CPT
+v-wide vectors strided by tx; SpMM launches a zeroing kernel for split rows first.
 """
 from __future__ import annotations
 
@@ -27,7 +36,6 @@ import ctypes
 import functools
 import importlib.util
 import logging
-import math
 import os
 import re
 import shutil
@@ -40,7 +48,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from ..errors import CognateError, InvalidConfigError
 from ..ops import Op, get_op
-from ..space.gpu import ELL_MAX_WIDTH, GPUConfig
+from ..space.gpu import ELL_WIDTHS, GPUConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     import tvm
@@ -48,12 +56,12 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 ARCHS = ("sm_80", "sm_90")
-ELL_WIDTHS = tuple(1 << b for b in range(int(math.log2(ELL_MAX_WIDTH)) + 1))
-_ZERO_THREADS = 128
 
 # (op, layout, combine) variants: combine says how panels reach the output.
 SPMM_VARIANTS = (("csr", "serial"), ("csr", "atomic"), ("hyb", "store"), ("hyb", "atomic"))
 SDDMM_VARIANTS = (("csr", "parallel"), ("hyb", "parallel"))
+# Chunked configs: SpMM stores single-chunk rows and adds the chunks of split rows ("mixed").
+CHUNK_COMBINE = {"spmm": "mixed", "sddmm": "parallel"}
 
 
 @dataclass(frozen=True)
@@ -65,15 +73,22 @@ class KernelKey:
     combine: str   # SpMM: "serial" | "atomic" | "store"; SDDMM: "parallel"
     tx: int
     vec: int
+    cpt: int = 1         # chunk layout: vectors per thread
+    cache: bool = False  # chunk layout: row caching
 
     @property
     def name(self) -> str:
-        return f"{self.op}_{self.layout}_{self.combine}_t{self.tx}_v{self.vec}"
+        name = f"{self.op}_{self.layout}_{self.combine}_t{self.tx}_v{self.vec}"
+        if self.layout == "chunk":
+            name += f"_c{self.cpt}" + ("_rc" if self.cache else "")
+        return name
 
     @property
     def kernel_names(self) -> tuple[str, ...]:
         """Names of the CUDA `__global__` functions TVM emits for this key."""
-        if self.layout == "csr":
+        if self.layout == "chunk":
+            count = 1 + (self.op == "spmm")  # SpMM: the zeroing of split rows, then the chunks
+        elif self.layout == "csr":
             count = 1 + (self.combine == "atomic")
         else:
             count = len(ELL_WIDTHS) + 1 + (self.op == "spmm")
@@ -85,6 +100,9 @@ def kernel_key(op: str | Op, config: GPUConfig) -> KernelKey:
     op = get_op(op)
     if not isinstance(config, GPUConfig):
         raise InvalidConfigError(f"CUDA kernels take a GPUConfig, got {config!r}")
+    if config.chunked:
+        return KernelKey(op.name, "chunk", CHUNK_COMBINE[op.name], config.tx, config.vec,
+                         config.cols_per_thread, config.cache)
     layout = "hyb" if config.bucketing else "csr"
     if op.name == "sddmm":
         combine = "parallel"
@@ -99,10 +117,12 @@ def all_keys(op: str | Op) -> list[KernelKey]:
     """Every kernel variant of `op` (the union over its whole space)."""
     op = get_op(op)
     variants = SPMM_VARIANTS if op.name == "spmm" else SDDMM_VARIANTS
-    from ..space.gpu import TX, VEC
+    from ..space.gpu import CHUNK_LANES, CHUNK_VEC, TX, VEC
 
-    return [KernelKey(op.name, layout, combine, t, v) for layout, combine in variants
-            for t in TX for v in VEC]
+    plain = [KernelKey(op.name, layout, combine, t, v) for layout, combine in variants
+             for t in TX for v in VEC]
+    return plain + [KernelKey(op.name, "chunk", CHUNK_COMBINE[op.name], t, v, w, c)
+                    for t, w in CHUNK_LANES for v in CHUNK_VEC for c in (False, True)]
 
 
 def cuda_target(arch: str = "sm_80") -> "tvm.target.Target":
@@ -115,10 +135,12 @@ def cuda_target(arch: str = "sm_80") -> "tvm.target.Target":
 
 
 @functools.lru_cache(maxsize=None)
-def _generic_prim_func(op: str, layout: str, combine: str):
-    """The variant's PrimFunc with TX, V (and LOG_TX) still scalar parameters."""
+def _generic_prim_func(op: str, layout: str, combine: str, cache: bool):
+    """The variant's PrimFunc with TX, V (LOG_TX, CPT) still scalar parameters."""
     from . import cuda_tir
 
+    if layout == "chunk":
+        return {"spmm": cuda_tir.spmm_chunk, "sddmm": cuda_tir.sddmm_chunk}[op](combine, cache)
     builders = {("spmm", "csr"): cuda_tir.spmm_csr, ("spmm", "hyb"): cuda_tir.spmm_hyb,
                 ("sddmm", "csr"): cuda_tir.sddmm_csr, ("sddmm", "hyb"): cuda_tir.sddmm_hyb}
     return builders[op, layout](combine)
@@ -127,12 +149,29 @@ def _generic_prim_func(op: str, layout: str, combine: str):
 def make_prim_func(key: KernelKey):
     """The TensorIR PrimFunc of `key` (constants specialized in), named `key.name`.
 
-    Its last parameter is I, the rows per block, passed at launch time.
+    Its last runtime parameter is I, the rows (chunks) per block, passed at launch time.
     """
-    generic = _generic_prim_func(key.op, key.layout, key.combine)
-    values = {"TX": key.tx, "V": key.vec, "LOG_TX": key.tx.bit_length() - 1}
+    generic = _generic_prim_func(key.op, key.layout, key.combine, key.cache)
+    values = {"TX": key.tx, "V": key.vec, "LOG_TX": key.tx.bit_length() - 1, "CPT": key.cpt}
+    return _specialize(generic, values, key.name)
+
+
+def serial_prim_func(key: KernelKey):
+    """`key`'s chunk kernel with plain loops for its thread loops and one lane per group (TX = 1, so
+    a shuffle is the lane's own value and an atomic add a plain one): lowers for `llvm`, and runs
+    the kernel's indexing (chunks, CPT vectors, X slices, split rows) on a CPU."""
+    if key.layout != "chunk":
+        raise InvalidConfigError(f"only chunk kernels have a serial form, not {key.name}")
+    from . import cuda_tir
+
+    builder = {"spmm": cuda_tir.spmm_chunk, "sddmm": cuda_tir.sddmm_chunk}[key.op]
+    values = {"TX": 1, "V": key.vec, "LOG_TX": 0, "CPT": key.cpt}
+    return _specialize(builder(key.combine, key.cache, serial=True), values, f"{key.name}_serial")
+
+
+def _specialize(generic, values: dict, name: str):
     binding = {p: values[p.name] for p in generic.params if p.name in values}
-    return generic.specialize(binding).with_attr("global_symbol", key.name)
+    return generic.specialize(binding).with_attr("global_symbol", name)
 
 
 def build(keys: Iterable[KernelKey], *, arch: str = "sm_80"):

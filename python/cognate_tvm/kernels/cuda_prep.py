@@ -22,8 +22,7 @@ import scipy.sparse as sp
 
 from ..formats import column_panels, ell_buckets
 from ..ops import Op, get_op
-from ..space.gpu import GPUConfig
-from .cuda import ELL_WIDTHS
+from ..space.gpu import ELL_WIDTHS, GPUConfig
 
 
 @dataclass(frozen=True)
@@ -35,8 +34,9 @@ class SparseArgs:
     shape: tuple[int, int]
     nnz: int
     arrays: tuple[np.ndarray, ...]  # kernel order, each with >= 1 element
-    scalars: tuple[int, ...]        # hyb: rows per bucket n_0..n_5 and remainder rows q
+    scalars: tuple[int, ...]        # hyb: rows per bucket n_0..n_5 and remainder rows q; chunk: q (, z)
     names: tuple[str, ...]          # parameter names of arrays, then of scalars
+    chunked: bool = False           # the chunk-table layout of configs with chunk > 0
 
 
 def _nonempty(array: np.ndarray) -> np.ndarray:
@@ -57,12 +57,81 @@ def panel_positions(matrix: sp.csr_matrix, width: int) -> np.ndarray:
     return order.astype(np.int32)
 
 
+@dataclass(frozen=True)
+class ChunkTable:
+    """Row chunks of a column-panel CSR: chunk r is nonzeros [start[r], end[r]) of row rows[r].
+
+    `rows[r]` is -1 - row when that row is covered by several chunks (they add
+    into it, after `zero_rows` are zeroed), else the row itself.
+    """
+
+    rows: np.ndarray       # int32 [Q]
+    start: np.ndarray      # int32 [Q]
+    end: np.ndarray        # int32 [Q]
+    zero_rows: np.ndarray  # int32 [Z], ascending
+
+
+def chunk_table(indptr: np.ndarray, chunk: int, *, swizzle: bool, empty_rows: bool) -> ChunkTable:
+    """Cut every (panel, row) segment of panel indptr [P, M+1] into chunks of at most `chunk` nonzeros.
+
+    Chunks come panel by panel, and within a panel by row (or, with `swizzle`,
+    longest first, ties in row order). With `empty_rows`, each row without a
+    nonzero gets one empty chunk at the end (so that it is stored as zeros).
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    indptr = np.asarray(indptr, dtype=np.int64).reshape(-1, np.shape(indptr)[-1])
+    rows = indptr.shape[1] - 1
+    lo, hi = indptr[:, :-1].ravel(), indptr[:, 1:].ravel()
+    pieces = -(-(hi - lo) // chunk)
+    seg = np.repeat(np.arange(lo.size), pieces)
+    start = lo[seg] + (np.arange(seg.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)) * chunk
+    end = np.minimum(start + chunk, hi[seg])
+    row = seg % max(rows, 1)
+    if swizzle:  # lexsort is stable: equal lengths keep their row order
+        order = np.lexsort((-(end - start), seg // max(rows, 1)))
+        start, end, row = start[order], end[order], row[order]
+    per_row = np.bincount(row, minlength=rows)
+    if empty_rows:
+        empty = np.flatnonzero(per_row == 0)
+        row = np.concatenate([row, empty])
+        start = np.concatenate([start, np.zeros(empty.size, np.int64)])
+        end = np.concatenate([end, np.zeros(empty.size, np.int64)])
+    split = per_row > 1
+    encoded = np.where(split[row], -1 - row, row) if row.size else row
+    return ChunkTable(encoded.astype(np.int32), start.astype(np.int32), end.astype(np.int32),
+                      np.flatnonzero(split).astype(np.int32))
+
+
+def layout_key(config: GPUConfig) -> tuple:
+    """What `prepare_sparse` depends on: configs with equal keys share their prepared arrays."""
+    return (config.parts, config.bucketing, config.chunk, config.swizzle)
+
+
+def _prepare_chunked(op: Op, matrix: sp.csr_matrix, panels, pos, config: GPUConfig) -> SparseArgs:
+    spmm = op.name == "spmm"
+    table = chunk_table(panels.indptr, config.chunk, swizzle=config.swizzle, empty_rows=spmm)
+    if spmm:
+        arrays = [table.rows, table.start, table.end, table.zero_rows, panels.indices, panels.data]
+        names = ("chunk_rows", "chunk_start", "chunk_end", "zero_rows", "indices", "data", "q", "z")
+        scalars = (int(table.rows.size), int(table.zero_rows.size))
+    else:  # every nonzero written once: the sign is not needed
+        arrays = [np.where(table.rows < 0, -1 - table.rows, table.rows).astype(np.int32), table.start,
+                  table.end, panels.indices, panels.data, pos]
+        names = ("chunk_rows", "chunk_start", "chunk_end", "indices", "data", "pos", "q")
+        scalars = (int(table.rows.size),)
+    return SparseArgs(op.name, False, tuple(matrix.shape), matrix.nnz, tuple(_nonempty(a) for a in arrays),
+                      scalars, names, chunked=True)
+
+
 def prepare_sparse(op: str | Op, matrix: sp.csr_matrix, config: GPUConfig) -> SparseArgs:
     """The sparse arrays `config`'s kernel reads for canonical CSR `matrix`."""
     op = get_op(op)
     panels = column_panels(matrix, panel_width(matrix.shape[1], config.parts))
     sddmm = op.name == "sddmm"
     pos = panel_positions(matrix, panels.width) if sddmm else None
+    if config.chunked:
+        return _prepare_chunked(op, matrix, panels, pos, config)
     if not config.bucketing:
         arrays = [panels.indptr, panels.indices, panels.data] + ([pos] if sddmm else [])
         names = ("indptr", "indices", "data") + (("pos",) if sddmm else ())
@@ -143,6 +212,8 @@ def emulate(op: str | Op, matrix: sp.csr_matrix, config: GPUConfig, dense: list[
             dots = padded[1][cols].astype(np.float64) @ padded[0][row].astype(np.float64)
             out[where] = vals * dots
 
+    if sparse.chunked:
+        return finish_output(op, _emulate_chunks(op, sparse, padded), matrix, dense[0].shape[1])
     if not sparse.bucketing:
         indptr, indices, data = sparse.arrays[:3]
         pos = sparse.arrays[3] if op.name == "sddmm" else None
@@ -172,3 +243,28 @@ def emulate(op: str | Op, matrix: sp.csr_matrix, config: GPUConfig, dense: list[
             lo, hi = rest_start[r], rest_end[r]
             accumulate(rest_rows[r], indices[lo:hi], data[lo:hi], None if pos is None else pos[lo:hi])
     return finish_output(op, out.astype(np.float32), matrix, dense[0].shape[1])
+
+
+def _emulate_chunks(op: Op, sparse: SparseArgs, padded: list[np.ndarray]) -> np.ndarray:
+    """The chunk kernels on a NaN-filled output: stores, zeroing of split rows, then atomic adds."""
+    rows, start, end = sparse.arrays[:3]
+    q = sparse.scalars[0]
+    if op.name == "spmm":
+        zero_rows, indices, data = sparse.arrays[3:6]
+        out = np.full((sparse.shape[0], padded[0].shape[1]), np.nan)
+        out[zero_rows[:sparse.scalars[1]]] = 0.0
+        for r in range(q):
+            lo, hi = start[r], end[r]
+            acc = data[lo:hi].astype(np.float64) @ padded[0][indices[lo:hi]]
+            if rows[r] >= 0:
+                out[rows[r]] = acc
+            else:
+                out[-1 - rows[r]] += acc
+        return out.astype(np.float32)
+    indices, data, pos = sparse.arrays[3:6]
+    out = np.full(max(sparse.nnz, 1), np.nan)
+    for r in range(q):
+        lo, hi = start[r], end[r]
+        dots = padded[1][indices[lo:hi]].astype(np.float64) @ padded[0][rows[r]].astype(np.float64)
+        out[pos[lo:hi]] = data[lo:hi] * dots
+    return out.astype(np.float32)

@@ -29,6 +29,7 @@ from ..data import Group, matrix_hash
 from ..errors import ModelVersionError
 from ..metrics import mean_log_slowdown
 from ..space.base import Config, Space
+from ..train import train_ranking
 from .config import ModelConfig
 from .featurizer import SparsePattern
 from .latent import KnobEncoder, ReconstructionReport, create_encoder
@@ -147,7 +148,7 @@ class CognateCostModel(RankingModel):
     def __deepcopy__(self, memo):
         """A deep copy that shares the pattern cache: a pattern depends on the matrix and the featurizer's
         `max_points` and `locality` only, never on weights, and a 1000-matrix pool's patterns take ~1.3 GB
-        per copy (benchmarks/transfer.py copies a model per recipe). Embeddings depend on weights: copied."""
+        per copy (`cognate_tvm.transfer.recipes` copies a model per recipe). Embeddings depend on weights: copied."""
         memo[id(self._patterns)] = self._patterns
         clone = type(self).__new__(type(self))
         memo[id(self)] = clone
@@ -233,8 +234,6 @@ class CognateCostModel(RankingModel):
     def fit(self, groups: Sequence[Group], *, space: Space, val_groups: Sequence[Group] | None = None,
             epochs: int | None = None) -> "CognateCostModel":
         """Pre-train every part (the featurizer too if `train.train_featurizer`) on `groups`."""
-        from ..train import train_ranking
-
         t = self.config.train
         frozen = {"latent"} | (set() if t.train_featurizer else {"featurizer"})
         self.history += train_ranking(self, groups, space=space, epochs=t.epochs if epochs is None else epochs,
@@ -250,8 +249,6 @@ class CognateCostModel(RankingModel):
         The target platform's knob encoder is trained on its whole space first
         (unsupervised); it stays frozen like every encoder.
         """
-        from ..train import train_ranking
-
         t = self.config.train
         self.encoder_for(space)
         if not groups:

@@ -1,7 +1,7 @@
 """Hyperparameters of the cost model, as frozen dataclasses saved beside the weights.
 
-Defaults follow DESIGN.md ("Model"); they are starting points to be tuned on
-validation matrices only.
+The defaults are the shipped models' settings (docs/pretraining.md); they are starting points to
+be tuned on validation matrices only.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class FeaturizerConfig:
     max_points: int = 1 << 16       # larger patterns are binned 2x2 until they fit
     backend: str = "auto"           # "auto", "torch" or "torchsparse"
     # also feed the stats MLP `cognate_tvm.matrix.locality_profile` (column-access locality that
-    # binning hides at 100k+ columns); off in the shipped models, see docs/transfer.md run V
+    # binning hides at 100k+ columns); off in the shipped models (docs/transfer.md, the locality probe)
     locality: bool = False
 
 

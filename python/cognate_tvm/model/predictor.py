@@ -75,6 +75,8 @@ class ScoreHead(nn.Module):
 class CostPredictor(nn.Module):
     """Featurizer, config embedding, score head and one knob encoder per platform."""
 
+    components: tuple[str, ...] = COMPONENTS  # what `component` (and a trainer's `frozen`) may name
+
     def __init__(self, config: ModelConfig = ModelConfig()):
         super().__init__()
         self.featurizer = SparseConvFeaturizer(config.featurizer)

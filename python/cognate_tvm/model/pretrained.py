@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Sequence
 
 from ..errors import PretrainedNotFoundError
 from ..ops import get_op
@@ -71,3 +72,19 @@ def load_pretrained(op: str, platform: str, *, root: str | os.PathLike | None = 
         raise PretrainedNotFoundError(f"no shipped model for op {get_op(op).name!r} on platform {platform!r} "
                                       f"(looked in {path}); shipped: {shipped}")
     return CognateCostModel.load(path, num_threads=num_threads)
+
+
+def model_card(*, title: str, facts: Sequence[str], table: str, command: str, table_heading: str | None = None,
+               rebuild_note: str = "", after: str | None = None) -> str:
+    """The ``MODEL_CARD.md`` text of a shipped model: every card has this shape.
+
+    ``# title``, the `facts` as a bullet list (a fact may continue on lines indented by two spaces),
+    the metrics `table` (under ``## table_heading`` when given), ``Rebuild: `command``` (then
+    `rebuild_note`), and `after` (a further section), each separated by a blank line.
+    """
+    parts = [f"# {title}", "\n".join(f"- {fact}" for fact in facts)]
+    if table_heading is not None:
+        parts.append(f"## {table_heading}")
+    parts += [table, f"Rebuild: `{command}`{rebuild_note}"]
+    text = "\n\n".join(parts)
+    return text + ("\n" if after is None else "\n\n" + after)

@@ -2,7 +2,7 @@
 
 A space enumerates (or samples) its configurations, checks validity, names a
 baseline configuration, gives each configuration a stable JSON form, and maps
-it into the shared coordinates of DESIGN.md (log2 I, log2 K, log2 J and the loop
+it into the coordinates every platform shares (log2 I, log2 K, log2 J and the loop
 order omega over (i1, k1, j1, i0, k0, j0)) plus the platform-only knobs that the
 platform's latent autoencoder compresses. The model never looks past this
 interface, so a new platform is one new file in this folder.

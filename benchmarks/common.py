@@ -1,0 +1,58 @@
+"""What the benchmarks share: their matrix sets, geomeans over runs that may have failed, quantiles,
+and logging.
+
+The benchmarks run as scripts (``python benchmarks/<name>.py``), so this directory is on their
+path; the tests put it there too (``pythonpath`` in pyproject.toml).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Iterable
+
+import numpy as np
+
+from cognate_tvm.matrix import FAMILIES, generate
+from cognate_tvm.metrics import geomean
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def setup_logging(level: int = logging.INFO, *, plain: bool = False) -> None:
+    """Log to stderr at `level`, each line with its time, level and logger (`plain`: the message only)."""
+    logging.basicConfig(level=level, format="%(message)s" if plain else LOG_FORMAT)
+
+
+def eval_matrices(count: int, *, min_rows: int, max_rows: int, seed: int) -> list[tuple[str, object]]:
+    """(name, matrix) of `count` generated matrices, the families in turn, each of a seeded row count in
+    [min_rows, max_rows] and generated with seed `seed` + its index (a seed range no corpus uses makes them
+    matrices no model was trained on)."""
+    rng = np.random.default_rng(seed)
+    families = sorted(FAMILIES)
+    out = []
+    for n in range(count):
+        family = families[n % len(families)]
+        rows = int(rng.integers(min_rows, max_rows + 1))
+        out.append((f"{family}_{rows}_{seed + n}", generate(family, rows, seed=seed + n)))
+    return out
+
+
+def add_matrix_arguments(parser: argparse.ArgumentParser, *, matrices: int, min_rows: int, max_rows: int) -> None:
+    """--matrices, --min-rows, --max-rows: the `eval_matrices` set a benchmark runs on."""
+    parser.add_argument("--matrices", type=int, default=matrices)
+    parser.add_argument("--min-rows", type=int, default=min_rows)
+    parser.add_argument("--max-rows", type=int, default=max_rows)
+
+
+def present_geomean(values: Iterable, *, empty=None):
+    """`metrics.geomean` of the values that are there: None, 0, NaN and other non-positive or non-finite
+    values are runs without a result and are left out; `empty` when none is left."""
+    kept = [float(v) for v in values if v is not None and np.isfinite(v) and v > 0]
+    return geomean(kept) if kept else empty
+
+
+def quantiles(values) -> dict:
+    """``n``, ``median``, ``p10`` and ``p90`` of `values` (a non-empty sequence of floats)."""
+    values = np.asarray(values, dtype=float)
+    return {"n": int(values.size), "median": float(np.median(values)), "p10": float(np.percentile(values, 10)),
+            "p90": float(np.percentile(values, 90))}
