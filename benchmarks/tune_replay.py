@@ -4,7 +4,7 @@ Every method picks among the configs recorded on a matrix and scores the recorde
 time of its pick as a fraction of the matrix's recorded best (1.0: it found the
 best); nothing is timed, so the comparison is free of noise. Methods:
 
-- ``oneshot``: `tuner.tune(search="oneshot")`, today's one ranking (baseline + 5);
+- ``oneshot``: `tuner.tune(search="oneshot")`, one ranking, one batch (baseline + 5);
 - ``adaptive``: `tuner.tune()`'s default, rounds of measure -> fine-tune -> re-rank
   (baseline + 7), and any ``adaptive:KEY=VALUE,...`` variant given with --variant;
 - ``budget``: `tuner.tune(search="oneshot", budget=N)` (baseline + N sampled + 5);
