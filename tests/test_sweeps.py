@@ -88,3 +88,17 @@ def test_import_script_reads_the_environment_beside_the_sweep(tmp_path):
     with pytest.raises(ValueError, match="--device and --arch"):
         script.main([str(folder / "gpu_sweep.json"), "--spmm-out", str(tmp_path / "s"), "--sddmm-out",
                      str(tmp_path / "d"), "--timing", "x", "--timestamp", "t"])
+
+
+def test_an_imported_sweep_loads_as_groups_with_its_matrices_rebuilt(tmp_path):
+    from cognate_tvm.sweeps import load_sweep_groups
+
+    frames = sweep_frames(_sweep(), platform="gpu", target="cuda", metadata={"device": "GPU X"}, timestamp="t")
+    write_sweep(frames, {"spmm": tmp_path / "spmm", "sddmm": tmp_path / "sddmm"}, platform="gpu")
+    groups = load_sweep_groups(tmp_path / "sddmm", op="sddmm")
+    entries = {e.name: e for e in generate_corpus(3, seed=4, min_rows=300, max_rows=900)}
+    assert sorted(g.name for g in groups) == sorted(entries)
+    assert all(matrix_hash(g.matrix) == matrix_hash(entries[g.name].build()) and len(g.configs) == 6
+               for g in groups)
+    with pytest.raises(ValueError, match="no spmm rows"):
+        load_sweep_groups(tmp_path / "sddmm", op="spmm")

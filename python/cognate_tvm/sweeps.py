@@ -115,3 +115,27 @@ def write_sweep(frames: Mapping[tuple[str, str], pd.DataFrame], out: Mapping[str
         _write_part(path / _part_name(name, op, feat, platform), frame)
         written[op] = written.get(op, 0) + len(frame)
     return written
+
+
+def frame_corpus(frame: pd.DataFrame) -> dict:
+    """{name: CorpusEntry} that rebuilds every matrix of an imported sweep dataset, from the generator
+    arguments its ``backend`` column records (`sweep_frames`)."""
+    corpus = {}
+    for text in frame["backend"].unique():
+        generator = json.loads(text).get("generator")
+        if generator is None:
+            raise ValueError(f"a dataset row's backend metadata holds no generator arguments: {text[:200]}")
+        corpus.update(corpus_of({"matrices": generator["count"], **generator}))
+    return corpus
+
+
+def load_sweep_groups(path: str | os.PathLike, *, op: str, platform: str = "gpu") -> list:
+    """The groups (`cognate_tvm.data.Group`, failed configs dropped) of an imported sweep dataset, each
+    matrix rebuilt from its generator arguments."""
+    from .data import groups_from_frame, load_frame
+
+    frame = load_frame(path)
+    frame = frame[(frame["op"] == op) & (frame["platform"] == platform)]
+    if frame.empty:
+        raise ValueError(f"{path}: no {op} rows of platform {platform!r}")
+    return groups_from_frame(frame, space=create_space(platform, op), matrices=frame_corpus(frame), op=op)
