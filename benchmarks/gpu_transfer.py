@@ -30,7 +30,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -72,6 +72,11 @@ class SweepOracle(transfer.OracleRanker):
         return np.array([self.times[(id(matrix), feat, c)] for c in configs], dtype=np.float64)
 
 
+def label(method: str) -> str:
+    """`transfer.label`, but the best fixed config here is chosen on the TL5 and validation matrices."""
+    return "best fixed config (TL5 + validation matrices)" if method == "best_fixed" else transfer.label(method)
+
+
 def sampled(groups: Sequence[Group], count: int, seed: int, space) -> list[Group]:
     """`count` seeded configs of each group plus the baseline (count 0: every config)."""
     if count <= 0:
@@ -84,12 +89,23 @@ def fixed_validation(groups: Sequence[Group], count: int, seed: int) -> list[str
     return pick_across_sizes({g.name: float(g.matrix.nnz) for g in groups}, count, seed=seed)
 
 
-def make_split(groups: Sequence[Group], val_names: Sequence[str], seed: int, n_train: int, params, space) -> Split:
-    """Seed `seed`'s split: a seeded permutation of the non-validation matrices, the first `n_train` to train."""
+def make_split(groups: Sequence[Group], val_names: Sequence[str], seed: int, n_train: int, params, space,
+               families: Mapping[str, str] | None = None) -> Split:
+    """Seed `seed`'s split: a seeded permutation of the non-validation matrices, the first `n_train` to train.
+    With `families` (matrix -> generator family) the permutation is reordered (stably) so that every family's
+    first matrix comes before any family's second: the first k cover k families (as many as there are)."""
     others = sorted((g for g in groups if g.name not in val_names), key=lambda g: g.name)
     if n_train >= len(others):
         raise ValueError(f"{n_train} training matrices asked, only {len(others)} are not validation matrices")
-    order = np.random.default_rng(seed).permutation(len(others))
+    order = list(np.random.default_rng(seed).permutation(len(others)))
+    if families is not None:
+        count: dict[str, int] = {}
+        rank = {}
+        for i in order:  # the how-manieth of its family in the permutation
+            family = families[others[i].name]
+            rank[i] = count.get(family, 0)
+            count[family] = rank[i] + 1
+        order = sorted(order, key=rank.__getitem__)
     train = sampled([others[i] for i in order[:n_train]], params.pool_configs, params.data_seed, space)
     val = sampled([g for g in groups if g.name in val_names], params.val_configs, params.data_seed, space)
     return Split(seed, train, val, [others[i] for i in order[n_train:]])
@@ -116,7 +132,7 @@ def source_models(op: str, params, args, space) -> dict:
     return {"models": models, "info": {"cpu_data": cpu_info, "cpu_model": cpu_model_info}}
 
 
-def run_seed(split: Split, sources: dict, params, space, score, *, baselines_too: bool) -> dict:
+def run_seed(split: Split, sources: dict, params, space, score, *, baselines_too: bool, ship_k: int = 5) -> dict:
     """Every method of one split; `score(method, model, target_samples, seconds, recipe)` records each."""
     cpu_model = sources["cpu"]
     n_val = transfer.samples(split.val)
@@ -128,7 +144,7 @@ def run_seed(split: Split, sources: dict, params, space, score, *, baselines_too
         model, recipe = transfer.finetune_on_validation(cpu_model, chosen, split.val, space, params, split.seed)
         score(f"tl{k}", model, transfer.samples(chosen) + n_val, time.perf_counter() - start,
               {**recipe, "finetune_matrices": [g.name for g in chosen]})
-        if k == 5:
+        if k == ship_k:
             shipped = (model, recipe)
     nt_base = CognateCostModel(cpu_model.config.replace(**{"train.train_featurizer": False}), seed=split.seed)
     nt_base.encoder_for(space)
@@ -148,7 +164,7 @@ def run_seed(split: Split, sources: dict, params, space, score, *, baselines_too
     score("best_fixed", fixed, transfer.samples([*five, *split.val]), 0.0, {"config": fixed.best()})
     score("random", baselines.create("random", seed=split.seed), 0.0, 0.0, None)
     score("oracle", SweepOracle(split.test), float("nan"), 0.0, None)
-    return {"model": shipped[0], "recipe": shipped[1], "split": split}
+    return {"model": shipped[0], "recipe": shipped[1], "split": split, "k": ship_k}
 
 
 def run_op(op: str, params, args, on_first_seed=None) -> dict:
@@ -158,16 +174,20 @@ def run_op(op: str, params, args, on_first_seed=None) -> dict:
     path = str(args.data).format(op=op)
     groups = load_sweep_groups(path, op=op, platform=PLATFORM)
     val_names = fixed_validation(groups, params.val_matrices, args.val_seed)
+    frame = load_frame(path)
+    families = None if args.train_draw == "random" else {
+        name: json.loads(extra)["family"] for name, extra in zip(frame["matrix"], frame["extra"])}
     sources = source_models(op, params, args, space)
     for model in sources["models"].values():
         if isinstance(model, CognateCostModel):
             transfer.warm_embeddings(model, groups)
     result = {"info": {"op": op, "platform": PLATFORM, "data": path, "matrices": len(groups),
-                       "hardware": load_frame(path)["backend"].iloc[0], "validation_matrices": val_names,
+                       "hardware": frame["backend"].iloc[0], "validation_matrices": val_names,
+                       "train_draw": args.train_draw,
                        "splits": {}, **sources["info"], "select_metric": params.select_metric},
               "runs": [], "recipes": {}, "per_matrix": {}}
     for seed in params.seeds:
-        split = make_split(groups, val_names, seed, max(params.ks), params, space)
+        split = make_split(groups, val_names, seed, max(params.ks), params, space, families)
         result["info"]["splits"][seed] = split.names()
 
         def score(method, model, target_samples, seconds, recipe):
@@ -182,7 +202,8 @@ def run_op(op: str, params, args, on_first_seed=None) -> dict:
                         summary["pair_accuracy"], seconds)
 
         score("zero_shot", sources["models"]["cpu"], 0.0, 0.0, None)
-        candidate = run_seed(split, sources["models"], params, space, score, baselines_too=not args.no_baselines)
+        candidate = run_seed(split, sources["models"], params, space, score, baselines_too=not args.no_baselines,
+                             ship_k=args.ship_k)
         if on_first_seed is not None and seed == params.seeds[0]:
             result["shipped"] = on_first_seed(candidate, result)
     result["summary"] = transfer.summarize_runs(result["runs"])
@@ -190,14 +211,14 @@ def run_op(op: str, params, args, on_first_seed=None) -> dict:
 
 
 def ship(op: str, candidate, result: dict, params, args, command: str) -> dict:
-    """Save the first seed's TL5 model as ``<pretrained root>/<op>-gpu`` with its card and the hardware it
-    was trained on; its best fixed configs are those of its fine-tune and validation matrices."""
+    """Save the first seed's TLk model as ``<pretrained root>/<op>-gpu`` with its card, the hardware it was
+    trained on and its matrices; its best fixed configs are those of its fine-tune and validation matrices."""
     from cognate_tvm.model.pretrained import CARD_FILE, PRETRAINED_DIR, load_pretrained, pretrained_path
     from cognate_tvm.model.pretrained import write_trained_on
 
-    model, recipe, split = candidate["model"], candidate["recipe"], candidate["split"]
+    model, recipe, split, k = candidate["model"], candidate["recipe"], candidate["split"], candidate["k"]
     space = create_space(PLATFORM, op)
-    model.remember_fixed([*split.train[:5], *split.val], space)
+    model.remember_fixed([*split.train[:k], *split.val], space)
     path = model.save(pretrained_path(op, PLATFORM, root=args.pretrained_root or PRETRAINED_DIR))
     hardware = json.loads(result["info"]["hardware"])
     write_trained_on(path, {key: hardware[key] for key in ("target", "arch", "device") if key in hardware})
@@ -207,23 +228,24 @@ def ship(op: str, candidate, result: dict, params, args, command: str) -> dict:
                        model.predict(test.matrix, list(test.configs), space=space, feat=test.feat), atol=1e-5):
         raise RuntimeError(f"{path}: the reloaded model scores differently from the one saved")
     (path / CARD_FILE).write_text(card_text(op, candidate, result, params, command, hardware))
-    seen = {"finetune": [g.name for g in split.train[:5]], "validation": [g.name for g in split.val],
+    seen = {"finetune": [g.name for g in split.train[:k]], "validation": [g.name for g in split.val],
             "test": [g.name for g in split.test]}
     (path / SPLIT_FILE).write_text(json.dumps(seen, indent=1))
-    return {"path": str(path), "finetune_matrices": [g.name for g in split.train[:5]],
+    return {"path": str(path), "finetune_matrices": [g.name for g in split.train[:k]],
             "test_matrices": [g.name for g in split.test]}
 
 
 def card_text(op: str, candidate, result: dict, params, command: str, hardware: dict) -> str:
     """The shipped model's MODEL_CARD.md: device, data, split, recipe, metrics, the rebuild command."""
-    recipe, split = candidate["recipe"], candidate["split"]
+    recipe, split, k = candidate["recipe"], candidate["split"], candidate["k"]
     seed = split.seed
     rows = {m: next(r for r in result["runs"] if r["method"] == m and r["seed"] == seed)
-            for m in ("tl5", "nt5", "best_fixed", "random", "zero_shot")}
-    table = "\n".join(f"| {transfer.label(m)} | {r['oracle_fraction_top1']:.3f} | {r['oracle_fraction_topk']:.3f} | "
+            for m in dict.fromkeys((f"tl{k}", f"nt{k}", "tl5", "nt5", "best_fixed", "random", "zero_shot"))}
+    table = "\n".join(f"| {label(m)} | {r['oracle_fraction_top1']:.3f} | {r['oracle_fraction_topk']:.3f} | "
                       f"{r['pair_accuracy']:.3f} |" for m, r in rows.items())
-    five = [g.name for g in split.train[:5]]
-    return f"""# cognate-tvm GPU cost model: {op} (COGNATE TL5 from the CPU model)
+    chosen = [g.name for g in split.train[:k]]
+    draw = result["info"]["train_draw"]
+    return f"""# cognate-tvm GPU cost model: {op} (COGNATE TL{k} from the CPU model)
 
 - Platform: gpu (`cuda`, the SparseTIR-style kernels of `cognate_tvm.kernels.cuda`), dense width 128.
   Load with `load_pretrained("{op}", "gpu")`; `tune --target cuda` and `--compile-only` rank with it.
@@ -234,20 +256,23 @@ def card_text(op: str, candidate, result: dict, params, command: str, hardware: 
 - Data: `{result['info']['data']}`, {result['info']['matrices']} generated matrices, every config swept
   (`scripts/import_gpu_sweep.py`; each matrix rebuilt by `generate_corpus` from the arguments in the data).
 - Pre-trained: the shipped CPU model ({transfer.shown_path(result['info']['cpu_model'].get('path', ''))}).
-- Fine-tuned on 5 matrices ({params.pool_configs if params.pool_configs > 0 else 'every'} sampled configs +
-  the baseline each; split seed {seed}): {', '.join(five)}.
-- Validation (fixed, {params.val_configs if params.val_configs > 0 else 'every'} configs each):
+- Fine-tuned on {k} matrices ({params.pool_configs if params.pool_configs > 0 else 'every'} sampled configs +
+  the baseline each; split seed {seed}, draw {draw!r}{' (one per generator family)' if draw == 'family' else ''}):
+  {', '.join(chosen)}.
+- Validation (fixed, {params.val_configs if params.val_configs > 0 else 'every config'} of each):
   {', '.join(g.name for g in split.val)}. It chose the recipe: frozen {', '.join(recipe['freeze']) or 'nothing'},
   head {'re-initialized' if recipe.get('head_reinitialized') else 'pre-trained'}, lr {recipe['lr']}, epoch
   {recipe['epoch_kept']} of {recipe['epochs_max']} (best validation {params.select_metric.replace('_', ' ')}).
-- Best fixed configs (`tune --fixed`): chosen on the fine-tune and validation matrices.
+- Best fixed configs (`tune --fixed`): chosen on the fine-tune and validation matrices (their measured configs).
 - Test: the {len(split.test)} other matrices, every config: {', '.join(g.name for g in split.test)}.
 
 | method (split seed {seed}, test) | top-1 / swept best | top-{params.top_k} / swept best | pair acc. |
 |---|---|---|---|
 {table}
 
-Rebuild: `{command}` (the first seed's TL5 model; docs/results/gpu_transfer/ holds every seed).
+Rebuild: `{command}` (the first seed's TL{k} model).
+`split.json` names the fine-tune, validation and test matrices; `benchmarks/gpu_tune_eval.py` runs `tune`
+on the sweeps of every matrix but the fine-tune and validation ones.
 """
 
 
@@ -266,7 +291,7 @@ def write_markdown(op: str, result: dict, params, path: Path, command: str) -> s
              f"{params.top_k}; random-k: {params.top_k} random configs per test matrix; best fixed config: chosen on "
              f"the TL5 and validation matrices. Choices made on validation ({params.select_metric}).", "",
              *transfer.markdown(op, result, params, methods), ""]
-    text = "\n".join(lines).replace(transfer.label("best_fixed"), "best fixed config (TL5 + validation matrices)")
+    text = "\n".join(lines).replace(transfer.label("best_fixed"), label("best_fixed"))
     path.write_text(text)
     return text
 
@@ -287,7 +312,7 @@ def plot(op: str, result: dict, params, path: Path) -> None:
         ax.bar(x + offset, [summary[m][key] for m in methods], 0.4, yerr=[summary[m][key + "_std"] for m in methods],
                label=f"{title} / swept best", capsize=2)
     ax.axhline(summary["best_fixed"]["oracle_fraction_top1"], color="gray", ls="--", lw=1, label="best fixed (top-1)")
-    ax.set_xticks(x, [transfer.label(m) for m in methods], rotation=30, ha="right", fontsize=8)
+    ax.set_xticks(x, [label(m) for m in methods], rotation=30, ha="right", fontsize=8)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("fraction of the swept best (geomean)")
     ax.set_title(f"CPU -> GPU transfer, {op}, {len(params.seeds)} splits")
@@ -326,12 +351,16 @@ def parse_args(argv: Sequence[str] | None):
     parser.add_argument("--no-baselines", action="store_true", help="skip WACO+FA/FM and XGBoost")
     parser.add_argument("--pretrained-root", type=Path, default=None,
                         help="where the CPU models are loaded from and the GPU models shipped to (default: the package's)")
-    parser.add_argument("--ship", action="store_true", help="write the first seed's TL5 models as <op>-gpu")
+    parser.add_argument("--ship", action="store_true", help="write the first seed's TL models as <op>-gpu")
+    parser.add_argument("--ship-k", type=transfer.positive(int), default=5, help="which TLk --ship writes")
+    parser.add_argument("--train-draw", choices=("random", "family"), default="random",
+                        help="training matrices per seed: the first of a seeded permutation (random), or of it "
+                             "reordered so the first k cover k generator families (family)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     args.no_progress = True
-    if 5 not in args.ks:
-        parser.error("--ks must hold 5 (the data of WACO, XGBoost and best fixed)")
+    if 5 not in args.ks or args.ship_k not in args.ks:
+        parser.error("--ks must hold 5 (the data of WACO, XGBoost and best fixed) and --ship-k")
     params = dataclasses.replace(
         transfer.SIZES["full"], ops=tuple(args.ops), seeds=tuple(args.seeds), ks=tuple(sorted(set(args.ks))),
         nt_sizes=tuple(sorted(set(args.ks))), val_matrices=args.val_matrices, val_configs=args.val_configs,
