@@ -17,7 +17,7 @@ validation matrices; random-k measures as many configs as top-k; the oracle is t
 best. Validation makes every choice (recipe, epoch, boosting rounds); test is only scored.
 
 The protocol's pieces (recipe grids, validation choice, scoring, tables) are those of
-``benchmarks/transfer.py``; this driver supplies the GPU data and the splits. Outputs under
+``cognate_tvm.transfer``; this driver supplies the GPU data and the splits. Outputs under
 ``--out``: ``gpu_transfer_<op>.json`` (everything, with each seed's matrices),
 ``gpu_transfer_<op>.md`` (mean ± std over seeds, the command) and ``gpu_transfer_<op>.png``.
 """
@@ -36,7 +36,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import transfer  # noqa: E402
+import transfer  # noqa: E402  (the CPU source data and model of benchmarks/transfer.py)
+
+from cognate_tvm import transfer as protocol  # noqa: E402
+from cognate_tvm.train import LOSSES  # noqa: E402
+from cognate_tvm.transfer.datasets import _sample_group as sample_group  # noqa: E402
 
 from cognate_tvm import baselines  # noqa: E402
 from cognate_tvm.data import Group, load_frame, pick_across_sizes  # noqa: E402
@@ -57,12 +61,13 @@ class Split:
     train: list[Group]
     val: list[Group]
     test: list[Group]
+    fixed_on: list[Group]  # every config of the training and validation matrices of --data: the best fixed config's
 
     def names(self) -> dict:
         return {part: [g.name for g in getattr(self, part)] for part in ("train", "val", "test")}
 
 
-class SweepOracle(transfer.OracleRanker):
+class SweepOracle(protocol.OracleRanker):
     """The oracle of `transfer`, keyed by the matrix object (hashing a 13M-nonzero pattern per call is slow)."""
 
     def __init__(self, groups: Sequence[Group]):
@@ -72,16 +77,19 @@ class SweepOracle(transfer.OracleRanker):
         return np.array([self.times[(id(matrix), feat, c)] for c in configs], dtype=np.float64)
 
 
-def label(method: str) -> str:
-    """`transfer.label`, but the best fixed config here is chosen on the TL5 and validation matrices."""
-    return "best fixed config (TL5 + validation matrices)" if method == "best_fixed" else transfer.label(method)
+def label(method: str, *, pooled: bool = False) -> str:
+    """`protocol.label`, but the best fixed config here is chosen on the TL5 (`pooled`: training) and validation
+    matrices."""
+    if method != "best_fixed":
+        return protocol.label(method)
+    return f"best fixed config ({'training' if pooled else 'TL5'} + validation matrices)"
 
 
 def sampled(groups: Sequence[Group], count: int, seed: int, space) -> list[Group]:
     """`count` seeded configs of each group plus the baseline (count 0: every config)."""
     if count <= 0:
         return list(groups)
-    return [transfer._sample_group(g, count, seed, space.baseline()) for g in groups]
+    return [sample_group(g, count, seed, space.baseline()) for g in groups]
 
 
 def fixed_validation(groups: Sequence[Group], count: int, seed: int) -> list[str]:
@@ -90,10 +98,12 @@ def fixed_validation(groups: Sequence[Group], count: int, seed: int) -> list[str
 
 
 def make_split(groups: Sequence[Group], val_names: Sequence[str], seed: int, n_train: int, params, space,
-               families: Mapping[str, str] | None = None) -> Split:
+               families: Mapping[str, str] | None = None, pool: Sequence[Group] = ()) -> Split:
     """Seed `seed`'s split: a seeded permutation of the non-validation matrices, the first `n_train` to train.
     With `families` (matrix -> generator family) the permutation is reordered (stably) so that every family's
-    first matrix comes before any family's second: the first k cover k families (as many as there are)."""
+    first matrix comes before any family's second: the first k cover k families (as many as there are).
+    `pool` (matrices of another sweep, never validation or test) follows them in the training matrices, in a
+    seeded order."""
     others = sorted((g for g in groups if g.name not in val_names), key=lambda g: g.name)
     if n_train >= len(others):
         raise ValueError(f"{n_train} training matrices asked, only {len(others)} are not validation matrices")
@@ -106,23 +116,28 @@ def make_split(groups: Sequence[Group], val_names: Sequence[str], seed: int, n_t
             rank[i] = count.get(family, 0)
             count[family] = rank[i] + 1
         order = sorted(order, key=rank.__getitem__)
-    train = sampled([others[i] for i in order[:n_train]], params.pool_configs, params.data_seed, space)
-    val = sampled([g for g in groups if g.name in val_names], params.val_configs, params.data_seed, space)
-    return Split(seed, train, val, [others[i] for i in order[n_train:]])
+    pool = sorted(pool, key=lambda g: g.name)
+    pool = [pool[i] for i in np.random.default_rng(seed).permutation(len(pool))]
+    chosen = [others[i] for i in order[:n_train]]
+    train = sampled([*chosen, *pool], params.pool_configs, params.data_seed, space)
+    full_val = [g for g in groups if g.name in val_names]
+    val = sampled(full_val, params.val_configs, params.data_seed, space)
+    return Split(seed, train, val, [others[i] for i in order[n_train:]], [*chosen, *full_val])
 
 
 def source_models(op: str, params, args, space) -> dict:
     """The CPU-side models: the shipped CPU model, WACO+FA/FM pre-trained on the CPU data, XGBoost."""
     cpu = create_space("cpu", op)
-    cpu_train, cpu_val, cpu_info = transfer.cpu_source(op, params, args, args.out, progress=False)
+    cpu_train, cpu_val, cpu_info = ([], [], None) if args.no_baselines and args.cpu_model == "shipped" else \
+        transfer.cpu_source(op, params, args, args.out, progress=False)
     cpu_model, cpu_model_info = transfer.load_cpu_model(op, args, cpu_train, cpu_val, params)
     cpu_model.config = cpu_model.config.replace(**{"train.select_metric": params.select_metric})
     cpu_model.encoder_for(space)
     models = {"cpu": cpu_model}
     if not args.no_baselines:
-        models["waco_fa"] = transfer.pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="none",
+        models["waco_fa"] = protocol.pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params, mapper="none",
                                                       knob_encoder="none")
-        models["waco_fm"] = transfer.pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params,
+        models["waco_fm"] = protocol.pretrain_variant(cpu_model, cpu_train, cpu_val, cpu, params,
                                                       mapper="standard", knob_encoder="pad")
         xgb = baselines.create("xgboost", seed=0, xgb_options={"num_threads": params.threads})
         models["xgboost"] = xgb.fit(cpu_train, space=cpu)
@@ -132,39 +147,49 @@ def source_models(op: str, params, args, space) -> dict:
     return {"models": models, "info": {"cpu_data": cpu_info, "cpu_model": cpu_model_info}}
 
 
-def run_seed(split: Split, sources: dict, params, space, score, *, baselines_too: bool, ship_k: int = 5) -> dict:
-    """Every method of one split; `score(method, model, target_samples, seconds, recipe)` records each."""
+def run_seed(split: Split, sources: dict, params, space, score, *, baselines_too: bool, ship_k: int = 5,
+             pooled: bool = False, ship_method: str = "tl") -> dict:
+    """Every method of one split; `score(method, model, target_samples, seconds, recipe)` records each.
+    The best fixed config is chosen on the TL5 and validation matrices, or (`pooled`) on every config of the
+    training and validation matrices of the split's own dataset. Returns the model to ship: TL or NT at
+    `ship_k` (`ship_method` "tl" / "nt"), or ("validation") the one of the two that validates better."""
     cpu_model = sources["cpu"]
-    n_val = transfer.samples(split.val)
+    n_val = protocol.samples(split.val)
     five = split.train[:5]
     shipped = None
     for k in params.ks:
         start = time.perf_counter()
         chosen = split.train[:k]
-        model, recipe = transfer.finetune_on_validation(cpu_model, chosen, split.val, space, params, split.seed)
-        score(f"tl{k}", model, transfer.samples(chosen) + n_val, time.perf_counter() - start,
+        model, recipe = protocol.finetune_on_validation(cpu_model, chosen, split.val, space, params, split.seed)
+        score(f"tl{k}", model, protocol.samples(chosen) + n_val, time.perf_counter() - start,
               {**recipe, "finetune_matrices": [g.name for g in chosen]})
         if k == ship_k:
-            shipped = (model, recipe)
+            shipped = {"tl": (model, recipe)}
     nt_base = CognateCostModel(cpu_model.config.replace(**{"train.train_featurizer": False}), seed=split.seed)
     nt_base.encoder_for(space)
     for n in params.nt_sizes:
         start = time.perf_counter()
-        model, recipe = transfer.train_no_transfer(nt_base, split.train[:n], split.val, space, params, split.seed)
-        score(f"nt{n}", model, transfer.samples(split.train[:n]) + n_val, time.perf_counter() - start, recipe)
+        model, recipe = protocol.train_no_transfer(nt_base, split.train[:n], split.val, space, params, split.seed)
+        score(f"nt{n}", model, protocol.samples(split.train[:n]) + n_val, time.perf_counter() - start, recipe)
+        if n == ship_k:
+            shipped["nt"] = (model, recipe)
     if baselines_too:
         for name in ("waco_fa", "waco_fm"):
             start = time.perf_counter()
-            model, recipe = transfer.finetune_on_validation(sources[name], five, split.val, space, params, split.seed)
-            score(name, model, transfer.samples(five) + n_val, time.perf_counter() - start, recipe)
+            model, recipe = protocol.finetune_on_validation(sources[name], five, split.val, space, params, split.seed)
+            score(name, model, protocol.samples(five) + n_val, time.perf_counter() - start, recipe)
         start = time.perf_counter()
-        model, recipe = transfer.xgboost_on_validation(sources["xgboost"], five, split.val, space, params)
-        score("xgboost", model, transfer.samples(five) + n_val, time.perf_counter() - start, recipe)
-    fixed = baselines.create("best_fixed").finetune([*five, *split.val], space=space)
-    score("best_fixed", fixed, transfer.samples([*five, *split.val]), 0.0, {"config": fixed.best()})
+        model, recipe = protocol.xgboost_on_validation(sources["xgboost"], five, split.val, space, params)
+        score("xgboost", model, protocol.samples(five) + n_val, time.perf_counter() - start, recipe)
+    fixed_on = split.fixed_on if pooled else [*five, *split.val]
+    fixed = baselines.create("best_fixed").finetune(fixed_on, space=space)
+    score("best_fixed", fixed, protocol.samples(fixed_on), 0.0, {"config": fixed.best()})
     score("random", baselines.create("random", seed=split.seed), 0.0, 0.0, None)
     score("oracle", SweepOracle(split.test), float("nan"), 0.0, None)
-    return {"model": shipped[0], "recipe": shipped[1], "split": split, "k": ship_k}
+    key = protocol.SUMMARY_KEY[params.select_metric]
+    method = max(shipped, key=lambda m: shipped[m][1]["val"][key]) if ship_method == "validation" else ship_method
+    return {"model": shipped[method][0], "recipe": shipped[method][1], "split": split, "k": ship_k,
+            "method": method}
 
 
 def run_op(op: str, params, args, on_first_seed=None) -> dict:
@@ -173,25 +198,29 @@ def run_op(op: str, params, args, on_first_seed=None) -> dict:
     space = create_space(PLATFORM, op)
     path = str(args.data).format(op=op)
     groups = load_sweep_groups(path, op=op, platform=PLATFORM)
+    pool_path = str(args.pool_data).format(op=op) if args.pool_data else None
+    pool = load_sweep_groups(pool_path, op=op, platform=PLATFORM) if pool_path else []
     val_names = fixed_validation(groups, params.val_matrices, args.val_seed)
+    n_train = len(groups) - len(val_names) - args.test_matrices if pool else max(params.ks)
     frame = load_frame(path)
     families = None if args.train_draw == "random" else {
         name: json.loads(extra)["family"] for name, extra in zip(frame["matrix"], frame["extra"])}
     sources = source_models(op, params, args, space)
     for model in sources["models"].values():
         if isinstance(model, CognateCostModel):
-            transfer.warm_embeddings(model, groups)
+            protocol.warm_embeddings(model, [*groups, *pool])
     result = {"info": {"op": op, "platform": PLATFORM, "data": path, "matrices": len(groups),
+                       "pool_data": pool_path, "pool_matrices": len(pool), "data_train_matrices": n_train,
                        "hardware": frame["backend"].iloc[0], "validation_matrices": val_names,
                        "train_draw": args.train_draw,
                        "splits": {}, **sources["info"], "select_metric": params.select_metric},
               "runs": [], "recipes": {}, "per_matrix": {}}
     for seed in params.seeds:
-        split = make_split(groups, val_names, seed, max(params.ks), params, space, families)
+        split = make_split(groups, val_names, seed, n_train, params, space, families, pool)
         result["info"]["splits"][seed] = split.names()
 
         def score(method, model, target_samples, seconds, recipe):
-            summary, rows = transfer.evaluate_groups(model, split.test, space, params.top_k)
+            summary, rows = protocol.evaluate_groups(model, split.test, space, params.top_k)
             result["runs"].append({"method": method, "seed": seed, **summary, "target_samples": target_samples,
                                    "seconds": seconds})
             result["per_matrix"].setdefault(method, {})[seed] = rows
@@ -203,22 +232,22 @@ def run_op(op: str, params, args, on_first_seed=None) -> dict:
 
         score("zero_shot", sources["models"]["cpu"], 0.0, 0.0, None)
         candidate = run_seed(split, sources["models"], params, space, score, baselines_too=not args.no_baselines,
-                             ship_k=args.ship_k)
+                             ship_k=args.ship_k, pooled=bool(pool), ship_method=args.ship_method)
         if on_first_seed is not None and seed == params.seeds[0]:
             result["shipped"] = on_first_seed(candidate, result)
-    result["summary"] = transfer.summarize_runs(result["runs"])
+    result["summary"] = protocol.summarize_runs(result["runs"])
     return result
 
 
 def ship(op: str, candidate, result: dict, params, args, command: str) -> dict:
-    """Save the first seed's TLk model as ``<pretrained root>/<op>-gpu`` with its card, the hardware it was
+    """Save the first seed's TLk or NTk model as ``<pretrained root>/<op>-gpu`` with its card, the hardware it was
     trained on and its matrices; its best fixed configs are those of its fine-tune and validation matrices."""
     from cognate_tvm.model.pretrained import CARD_FILE, PRETRAINED_DIR, load_pretrained, pretrained_path
     from cognate_tvm.model.pretrained import write_trained_on
 
     model, recipe, split, k = candidate["model"], candidate["recipe"], candidate["split"], candidate["k"]
     space = create_space(PLATFORM, op)
-    model.remember_fixed([*split.train[:k], *split.val], space)
+    model.remember_fixed(split.fixed_on if result["info"]["pool_matrices"] else [*split.train[:k], *split.val], space)
     path = model.save(pretrained_path(op, PLATFORM, root=args.pretrained_root or PRETRAINED_DIR))
     hardware = json.loads(result["info"]["hardware"])
     write_trained_on(path, {key: hardware[key] for key in ("target", "arch", "device") if key in hardware})
@@ -237,42 +266,56 @@ def ship(op: str, candidate, result: dict, params, args, command: str) -> dict:
 
 def card_text(op: str, candidate, result: dict, params, command: str, hardware: dict) -> str:
     """The shipped model's MODEL_CARD.md: device, data, split, recipe, metrics, the rebuild command."""
-    recipe, split, k = candidate["recipe"], candidate["split"], candidate["k"]
-    seed = split.seed
+    recipe, split, k, method = candidate["recipe"], candidate["split"], candidate["k"], candidate["method"]
+    info, seed = result["info"], split.seed
     rows = {m: next(r for r in result["runs"] if r["method"] == m and r["seed"] == seed)
-            for m in dict.fromkeys((f"tl{k}", f"nt{k}", "tl5", "nt5", "best_fixed", "random", "zero_shot"))}
-    table = "\n".join(f"| {label(m)} | {r['oracle_fraction_top1']:.3f} | {r['oracle_fraction_topk']:.3f} | "
+            for m in dict.fromkeys((f"{method}{k}", f"tl{k}", f"nt{k}", "tl5", "nt5", "best_fixed", "random",
+                                    "zero_shot"))}
+    pooled = bool(info.get("pool_matrices"))
+    table = "\n".join(f"| {label(m, pooled=pooled)} | {r['oracle_fraction_top1']:.3f} | {r['oracle_fraction_topk']:.3f} | "
                       f"{r['pair_accuracy']:.3f} |" for m, r in rows.items())
     chosen = [g.name for g in split.train[:k]]
-    draw = result["info"]["train_draw"]
-    return f"""# cognate-tvm GPU cost model: {op} (COGNATE TL{k} from the CPU model)
+    draw = info["train_draw"]
+    smi, timing = hardware.get("nvidia_smi", ""), hardware.get("timing")
+    if isinstance(timing, dict):
+        timing = f"{timing.get('method')} (number={timing.get('number')}, repeat={timing.get('repeat')})"
+    driver = f"driver {smi.split(', ')[1]}" if smi.count(", ") >= 2 else "the driver version was not recorded"
+    pool = (f" and `{info['pool_data']}`, {info['pool_matrices']} more matrices (training only; an older space: "
+            "configs it lacks are absent from their groups)") if info.get("pool_matrices") else ""
+    origin = (f"the shipped CPU model ({protocol.shown_path(info['cpu_model'].get('path', ''))}), fine-tuned"
+              if method == "tl" else "no pre-training: trained from scratch (the CPU model's network, featurizer "
+              "frozen at its initialization)")
+    steps = (f"frozen {', '.join(recipe['freeze']) or 'nothing'}, head "
+             f"{'re-initialized' if recipe.get('head_reinitialized') else 'pre-trained'}, " if method == "tl" else "")
+    title = f"COGNATE TL{k} from the CPU model" if method == "tl" else f"COGNATE NT{k}, trained on GPU data only"
+    return f"""# cognate-tvm GPU cost model: {op} ({title})
 
 - Platform: gpu (`cuda`, the SparseTIR-style kernels of `cognate_tvm.kernels.cuda`), dense width 128.
   Load with `load_pretrained("{op}", "gpu")`; `tune --target cuda` and `--compile-only` rank with it.
 - Device: {hardware.get('device')} ({hardware.get('arch')}), torch {hardware.get('torch')}, CUDA
-  {hardware.get('torch_cuda')}, TVM {hardware.get('tvm')} ({hardware.get('compile_mode')}); the driver
-  version was not recorded. Timing: {hardware.get('timing')}. `trained_on.json` holds the device and arch:
-  `tune` notes when the backend's arch differs.
-- Data: `{result['info']['data']}`, {result['info']['matrices']} generated matrices, every config swept
-  (`scripts/import_gpu_sweep.py`; each matrix rebuilt by `generate_corpus` from the arguments in the data).
-- Pre-trained: the shipped CPU model ({transfer.shown_path(result['info']['cpu_model'].get('path', ''))}).
-- Fine-tuned on {k} matrices ({params.pool_configs if params.pool_configs > 0 else 'every'} sampled configs +
+  {hardware.get('torch_cuda')}, TVM {hardware.get('tvm')} ({hardware.get('compile_mode')}), {driver}.
+  Timing: {timing}. `trained_on.json` holds the device and arch: `tune` notes when the
+  backend's arch differs.
+- Data: `{info['data']}`, {info['matrices']} generated matrices, every config of the space swept{pool}; each
+  matrix rebuilt from the generator arguments recorded in the data.
+- Model: {origin} on {k} matrices ({params.pool_configs if params.pool_configs > 0 else 'every'} sampled configs +
   the baseline each; split seed {seed}, draw {draw!r}{' (one per generator family)' if draw == 'family' else ''}):
   {', '.join(chosen)}.
 - Validation (fixed, {params.val_configs if params.val_configs > 0 else 'every config'} of each):
-  {', '.join(g.name for g in split.val)}. It chose the recipe: frozen {', '.join(recipe['freeze']) or 'nothing'},
-  head {'re-initialized' if recipe.get('head_reinitialized') else 'pre-trained'}, lr {recipe['lr']}, epoch
-  {recipe['epoch_kept']} of {recipe['epochs_max']} (best validation {params.select_metric.replace('_', ' ')}).
-- Best fixed configs (`tune --fixed`): chosen on the fine-tune and validation matrices (their measured configs).
-- Test: the {len(split.test)} other matrices, every config: {', '.join(g.name for g in split.test)}.
+  {', '.join(g.name for g in split.val)}. It chose the recipe: {steps}lr {recipe['lr']}, epoch
+  {recipe['epoch_kept']} of {recipe['epochs_max']} (best validation {params.select_metric.replace('_', ' ')})
+  {'and TL over NT' if method == 'tl' else 'and NT over TL'} at {k} matrices{'' if 'ship-method validation' not in command else ' (validation score)'}.
+- Best fixed configs (`tune --fixed`): chosen on {'every config of the training and validation matrices of '
+  + repr(info['data']) if info.get('pool_matrices') else 'the fine-tune and validation matrices (their measured configs)'}.
+- Test: the {len(split.test)} other matrices of `{info['data']}`, every config: {', '.join(g.name for g in split.test)}.
 
 | method (split seed {seed}, test) | top-1 / swept best | top-{params.top_k} / swept best | pair acc. |
 |---|---|---|---|
 {table}
 
-Rebuild: `{command}` (the first seed's TL{k} model).
-`split.json` names the fine-tune, validation and test matrices; `benchmarks/gpu_tune_eval.py` runs `tune`
-on the sweeps of every matrix but the fine-tune and validation ones.
+Rebuild: `{command}` (the first seed's {method.upper()}{k} model).
+`split.json` names the training, validation and test matrices; `benchmarks/gpu_tune_eval.py` runs `tune`
+on the sweeps of every matrix of `{info['data']}` but the training and validation ones.
 """
 
 
@@ -281,17 +324,22 @@ def write_markdown(op: str, result: dict, params, path: Path, command: str) -> s
     methods = ([f"tl{k}" for k in params.ks] + [f"nt{n}" for n in params.nt_sizes]
                + ["zero_shot", "waco_fa", "waco_fm", "xgboost", "best_fixed", "random", "oracle"])
     info = result["info"]
+    n_train = info["data_train_matrices"]
+    fixed_on = ("every config of the training and validation matrices of " + info["data"]
+                if info["pool_matrices"] else "the TL5 and validation matrices")
     lines = [f"# CPU -> GPU transfer: {op}", "",
              f"`{command}`", "",
              f"{info['matrices']} swept matrices ({info['data']}); validation (fixed): "
-             f"{', '.join(info['validation_matrices'])} ({params.val_configs} sampled configs each); per seed "
-             f"{max(params.ks)} training matrices ({params.pool_configs} sampled configs + the baseline each; TLk/NTk "
-             f"take the first k) and {info['matrices'] - len(info['validation_matrices']) - max(params.ks)} test "
-             f"matrices (every config); seeds {list(params.seeds)}; mean ± std over seeds. Top-k: k = "
-             f"{params.top_k}; random-k: {params.top_k} random configs per test matrix; best fixed config: chosen on "
-             f"the TL5 and validation matrices. Choices made on validation ({params.select_metric}).", "",
-             *transfer.markdown(op, result, params, methods), ""]
-    text = "\n".join(lines).replace(transfer.label("best_fixed"), label("best_fixed"))
+             f"{', '.join(info['validation_matrices'])} ({params.val_configs or 'every'} sampled configs each); per "
+             f"seed {n_train} training matrices of it, then the {info['pool_matrices']} of {info['pool_data']} "
+             f"({params.pool_configs or 'every'} sampled configs + the baseline each; TLk/NTk take the first k) and "
+             f"{info['matrices'] - len(info['validation_matrices']) - n_train} test matrices (every config); seeds "
+             f"{list(params.seeds)}; mean ± std over seeds. Top-k: k = {params.top_k}; random-k: {params.top_k} random "
+             f"configs per test matrix; best fixed config: chosen on {fixed_on}. Choices made on validation "
+             f"({params.select_metric}).", "",
+             *protocol.markdown(op, result, params, methods), ""]
+    text = "\n".join(lines).replace(protocol.label("best_fixed"),
+                                    label("best_fixed", pooled=bool(info["pool_matrices"])))
     path.write_text(text)
     return text
 
@@ -329,6 +377,11 @@ def parse_args(argv: Sequence[str] | None):
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--ks", type=transfer.positive(int), nargs="+", default=[3, 5, 7])
+    parser.add_argument("--pool-data", default=None,
+                        help="another sweep dataset ('{op}' is replaced) whose matrices join every split's training "
+                             "matrices after those of --data (never validation or test)")
+    parser.add_argument("--test-matrices", type=transfer.positive(int), default=4,
+                        help="with --pool-data: test matrices of --data per split (the others not validation train)")
     parser.add_argument("--val-matrices", type=transfer.positive(int), default=4)
     parser.add_argument("--val-seed", type=int, default=0, help="seeds the (fixed) validation draw")
     parser.add_argument("--val-configs", type=int, default=100, help="sampled configs per validation matrix")
@@ -342,7 +395,7 @@ def parse_args(argv: Sequence[str] | None):
                         help="parts frozen per fine-tuning recipe, comma-separated ('' for none)")
     parser.add_argument("--nt-epochs", type=transfer.positive(int), default=100)
     parser.add_argument("--nt-lrs", type=transfer.positive(float), nargs="+", default=[3e-3, 1e-2])
-    parser.add_argument("--target-loss", choices=transfer.LOSSES, default=None)
+    parser.add_argument("--target-loss", choices=LOSSES, default=None)
     parser.add_argument("--cpu-model", default="shipped")
     parser.add_argument("--cpu-data", required=True, help="CPU dataset directory ('{op}' is replaced)")
     parser.add_argument("--cpu-corpus", required=True, help="the corpus spec the CPU dataset was collected on")
@@ -352,7 +405,9 @@ def parse_args(argv: Sequence[str] | None):
     parser.add_argument("--pretrained-root", type=Path, default=None,
                         help="where the CPU models are loaded from and the GPU models shipped to (default: the package's)")
     parser.add_argument("--ship", action="store_true", help="write the first seed's TL models as <op>-gpu")
-    parser.add_argument("--ship-k", type=transfer.positive(int), default=5, help="which TLk --ship writes")
+    parser.add_argument("--ship-k", type=transfer.positive(int), default=5, help="which TLk / NTk --ship writes")
+    parser.add_argument("--ship-method", choices=("tl", "nt", "validation"), default="tl",
+                        help="--ship writes TLk, NTk, or the one of the two with the better validation score")
     parser.add_argument("--train-draw", choices=("random", "family"), default="random",
                         help="training matrices per seed: the first of a seeded permutation (random), or of it "
                              "reordered so the first k cover k generator families (family)")
@@ -362,7 +417,7 @@ def parse_args(argv: Sequence[str] | None):
     if 5 not in args.ks or args.ship_k not in args.ks:
         parser.error("--ks must hold 5 (the data of WACO, XGBoost and best fixed) and --ship-k")
     params = dataclasses.replace(
-        transfer.SIZES["full"], ops=tuple(args.ops), seeds=tuple(args.seeds), ks=tuple(sorted(set(args.ks))),
+        protocol.SIZES["full"], ops=tuple(args.ops), seeds=tuple(args.seeds), ks=tuple(sorted(set(args.ks))),
         nt_sizes=tuple(sorted(set(args.ks))), val_matrices=args.val_matrices, val_configs=args.val_configs,
         pool_configs=args.train_configs, select_metric=args.select_metric, finetune_epochs=args.finetune_epochs,
         lrs=tuple(args.lrs), reinit_lrs=tuple(args.reinit_lrs),

@@ -58,3 +58,18 @@ def test_random_baseline_is_the_mean_best_of_the_baseline_and_k_draws():
     assert evaluate.random_best(np.array([1.0, 2.0, 3.0]), 0, 1, 20, seed=0) == pytest.approx(1.0)
     one = evaluate.random_best(times, 0, 1, 4000, seed=0)
     assert one == pytest.approx((1.0 + 0.5 + 0.25) / 3, abs=0.02)
+
+
+def test_a_pool_of_another_sweep_only_trains_and_the_fixed_config_sees_every_config():
+    bench = _load("gpu_transfer")
+    params, _ = bench.parse_args(["--data", "d_{op}", "--out", "o", "--cpu-data", "c", "--cpu-corpus", "x",
+                                  "--train-configs", "10", "--val-configs", "0"])
+    groups, space = _groups(), create_space("gpu", "spmm")
+    pool = [Group(f"pool{n}", g.matrix, g.feat, g.configs, g.times_ms) for n, g in enumerate(_groups(3))]
+    val = bench.fixed_validation(groups, 3, seed=0)
+    split = bench.make_split(groups, val, 0, 5, params, space, pool=pool)
+    names = split.names()
+    assert sorted(names["train"][5:]) == ["pool0", "pool1", "pool2"] and len(names["test"]) == 4
+    assert not {"pool0", "pool1", "pool2"} & set(names["val"] + names["test"])
+    assert [g.name for g in split.fixed_on] == names["train"][:5] + [g.name for g in split.val]
+    assert all(len(g.configs) == 30 for g in split.fixed_on)  # every config, not the training sample

@@ -102,3 +102,20 @@ def test_an_imported_sweep_loads_as_groups_with_its_matrices_rebuilt(tmp_path):
                for g in groups)
     with pytest.raises(ValueError, match="no spmm rows"):
         load_sweep_groups(tmp_path / "sddmm", op="spmm")
+
+
+def test_a_sweep_of_the_sweep_module_rebuilds_each_matrix_from_its_recipe():
+    import pandas as pd
+
+    from cognate_tvm.sweeps import RECIPE_GENERATOR, frame_corpus
+
+    frames = sweep_frames(_sweep(), platform="gpu", target="cuda", metadata={"device": "GPU X"}, timestamp="t")
+    frame = pd.concat(list(frames.values()))
+    entries = {e.name: e for e in generate_corpus(3, seed=4, min_rows=300, max_rows=900)}
+    frame["backend"] = [json.dumps({"device": "GPU X", "matrix_recipe": {
+        "generator": RECIPE_GENERATOR, "family": entries[name].family, "rows": entries[name].rows,
+        "seed": entries[name].seed, "permute": entries[name].permuted}}) for name in frame["matrix"]]
+    assert frame_corpus(frame) == entries
+    frame["backend"] = json.dumps({"device": "GPU X"})
+    with pytest.raises(ValueError, match="no generator arguments"):
+        frame_corpus(frame)

@@ -29,13 +29,14 @@ import pandas as pd
 
 from .data import COLUMNS, _check_meta, _part_name, _write_part, matrix_hash
 from .errors import ShapeError
-from .matrix.generators import generate_corpus
+from .matrix.generators import CorpusEntry, generate_corpus
 from .space import create as create_space
 
 logger = logging.getLogger(__name__)
 
 NO_TIME = "no time recorded in the sweep"
 GENERATOR_KEYS = ("matrices", "seed", "min_rows", "max_rows")
+RECIPE_GENERATOR = "cognate_tvm.matrix.generate"  # a matrix_recipe rebuilt by `generate(family, rows, seed)`
 
 
 def corpus_of(args: Mapping) -> dict:
@@ -118,14 +119,21 @@ def write_sweep(frames: Mapping[tuple[str, str], pd.DataFrame], out: Mapping[str
 
 
 def frame_corpus(frame: pd.DataFrame) -> dict:
-    """{name: CorpusEntry} that rebuilds every matrix of an imported sweep dataset, from the generator
-    arguments its ``backend`` column records (`sweep_frames`)."""
+    """{name: CorpusEntry} that rebuilds every matrix of a sweep dataset, from what its ``backend`` column
+    records: the corpus generator's arguments (an imported sweep, `sweep_frames`) or the matrix's own
+    recipe (a sweep written by `cognate_tvm.sweep`: ``matrix_recipe``, the arguments of `generate`)."""
     corpus = {}
-    for text in frame["backend"].unique():
-        generator = json.loads(text).get("generator")
-        if generator is None:
+    for name, text in frame[["matrix", "backend"]].drop_duplicates().itertuples(index=False):
+        backend = json.loads(text)
+        if "generator" in backend:
+            generator = backend["generator"]
+            corpus.update(corpus_of({"matrices": generator["count"], **generator}))
+        elif backend.get("matrix_recipe", {}).get("generator") == RECIPE_GENERATOR:
+            recipe = backend["matrix_recipe"]
+            corpus[name] = CorpusEntry(name, recipe["family"], int(recipe["rows"]), int(recipe["seed"]),
+                                       bool(recipe.get("permute", False)))
+        else:
             raise ValueError(f"a dataset row's backend metadata holds no generator arguments: {text[:200]}")
-        corpus.update(corpus_of({"matrices": generator["count"], **generator}))
     return corpus
 
 

@@ -70,7 +70,7 @@ FINALISTS = 3
 FINAL_ROUNDS = 3
 SOURCE_PLATFORM = "cpu"  # whose shipped model ranks a platform that has none (zero-shot)
 # --oracle measures the whole space when it has at most ORACLE_WHOLE_SPACE configs (spade: 256,
-# gpu: 528), else a seeded sample of ORACLE_SAMPLE configs plus every config tune measured (the
+# gpu: 912), else a seeded sample of ORACLE_SAMPLE configs plus every config tune measured (the
 # CPU space has ~50k configs; 512 llvm configs take a few minutes with a cold kernel cache).
 ORACLE_WHOLE_SPACE = 1024
 ORACLE_SAMPLE = 512
