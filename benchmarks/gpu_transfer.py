@@ -325,12 +325,13 @@ def write_markdown(op: str, result: dict, params, path: Path, command: str) -> s
                + ["zero_shot", "waco_fa", "waco_fm", "xgboost", "best_fixed", "random", "oracle"])
     info = result["info"]
     n_train = info["data_train_matrices"]
+    val_configs = f"{params.val_configs} sampled configs" if params.val_configs else "every config"
     fixed_on = ("every config of the training and validation matrices of " + info["data"]
                 if info["pool_matrices"] else "the TL5 and validation matrices")
     lines = [f"# CPU -> GPU transfer: {op}", "",
              f"`{command}`", "",
              f"{info['matrices']} swept matrices ({info['data']}); validation (fixed): "
-             f"{', '.join(info['validation_matrices'])} ({params.val_configs or 'every'} sampled configs each); per "
+             f"{', '.join(info['validation_matrices'])} ({val_configs} of each); per "
              f"seed {n_train} training matrices of it, then the {info['pool_matrices']} of {info['pool_data']} "
              f"({params.pool_configs or 'every'} sampled configs + the baseline each; TLk/NTk take the first k) and "
              f"{info['matrices'] - len(info['validation_matrices']) - n_train} test matrices (every config); seeds "
