@@ -475,6 +475,24 @@ def test_cuda_compile_only_writes_top_k_sources_and_ptx(matrix_path, shipped, tm
     assert json.loads((out_dir / "report.json").read_text())["kernels"] == report["kernels"]
 
 
+def test_cuda_compile_only_ranks_with_a_shipped_gpu_model_and_notes_another_arch(matrix_path, tmp_path):
+    from cognate_tvm.model.pretrained import write_trained_on
+
+    root = ship(tiny_cpu_model(), tmp_path / "models", ops=("spmm",))
+    gpu_model = ship(tiny_cpu_model(seed=1), tmp_path / "models", ops=("spmm",), platform="gpu") / "spmm-gpu"
+    write_trained_on(gpu_model, {"target": "cuda", "arch": "sm_90", "device": "NVIDIA H200"})
+    code, out, err = _main("spmm", "--matrix", matrix_path, "--target", "cuda", "--compile-only", "--top-k", 1,
+                           "--arch", "sm_80", "--feat", FEAT, "--pretrained-dir", root, "--out", tmp_path / "k",
+                           "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["model"] == str(gpu_model) and not any("zero-shot" in n for n in report["notes"])
+    assert any("NVIDIA H200 (arch sm_90)" in n and "arch is sm_80" in n for n in report["notes"])
+    gpu = space.create("gpu", "spmm")
+    ranked = CognateCostModel.load(gpu_model).rank(load_matrix(matrix_path), gpu.configs(), space=gpu, feat=FEAT)
+    assert report["kernels"][0]["config"] == ranked[0].to_dict()
+
+
 def test_chosen_falls_back_to_the_baseline_when_retiming_says_so():
     cpu = space.create("cpu", "spmm")
     base, other = cpu.baseline(), cpu.configs()[0]

@@ -54,6 +54,20 @@ def test_load_shipped_model_falls_back_to_cpu_with_a_note(shipped):
         tuner.load_shipped_model("sddmm", "cpu", root=shipped)
 
 
+def test_load_shipped_model_notes_other_hardware_than_the_models(tmp_path):
+    from cognate_tvm.model.pretrained import pretrained_path, write_trained_on
+
+    root = ship(tiny_cpu_model(), tmp_path, ops=("spmm",), platform="gpu")
+    write_trained_on(pretrained_path("spmm", "gpu", root=root), {"target": "cuda", "arch": "sm_90",
+                                                                  "device": "NVIDIA H200"})
+    same = {"target": "cuda", "platform": "gpu", "arch": "sm_90", "host": "x"}
+    _, source, notes = tuner.load_shipped_model("spmm", "gpu", root=root, hardware=same)
+    assert source == str(root / "spmm-gpu") and notes == []
+    _, _, notes = tuner.load_shipped_model("spmm", "gpu", root=root, hardware={**same, "arch": "sm_80"})
+    assert len(notes) == 1 and "NVIDIA H200 (arch sm_90)" in notes[0] and "arch is sm_80" in notes[0]
+    assert tuner.load_shipped_model("spmm", "gpu", root=root)[2] == []  # no hardware given: nothing compared
+
+
 def test_create_backend_errors():
     with pytest.raises(UnknownKindError, match="unknown target 'tpu'"):
         tuner.create_backend("tpu")

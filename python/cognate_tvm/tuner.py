@@ -78,7 +78,7 @@ FINALISTS = 3
 FINAL_ROUNDS = 3
 SOURCE_PLATFORM = "cpu"  # whose shipped model ranks a platform that has none (zero-shot)
 # --oracle measures the whole space when it has at most ORACLE_WHOLE_SPACE configs (spade: 256,
-# gpu: 528), else a seeded sample of ORACLE_SAMPLE configs plus every config tune measured (the
+# gpu: 912), else a seeded sample of ORACLE_SAMPLE configs plus every config tune measured (the
 # CPU space has ~50k configs; 512 llvm configs take a few minutes with a cold kernel cache).
 ORACLE_WHOLE_SPACE = 1024
 ORACLE_SAMPLE = 512
@@ -166,15 +166,17 @@ def load_model(path: str | os.PathLike):
 
 
 def load_shipped_model(op: Op | str, platform: str, *, root: str | os.PathLike | None = None,
-                       threads: int | None = None) -> tuple[object, str, list[str]]:
+                       threads: int | None = None, hardware: dict | None = None) -> tuple[object, str, list[str]]:
     """(model, where it came from, notes): the shipped model of (`op`, `platform`) for kernels on
     `threads` threads (None: the target has no thread setting).
 
     The model of the closest thread count that ships is taken (a note says so when it is not
     `threads`). A platform without one gets the shipped CPU model, used zero-shot (a note says
-    so). PretrainedNotFoundError when neither ships, naming what does.
+    so). With `hardware` (the backend's `metadata()`), a note names each value it differs in from
+    the hardware the model was trained on (`model.pretrained.hardware_notes`, e.g. another GPU arch).
+    PretrainedNotFoundError when neither ships, naming what does.
     """
-    from .model.pretrained import load_pretrained, pretrained_path, thread_variants
+    from .model.pretrained import hardware_notes, load_pretrained, pretrained_path, thread_variants
 
     op = get_op(op)
     first = None
@@ -188,7 +190,9 @@ def load_shipped_model(op: Op | str, platform: str, *, root: str | os.PathLike |
         if threads is not None and trained_threads != max(1, int(threads)):
             notes.append(f"no shipped {op.name} model for {platform} kernels on {threads} thread(s): the one "
                          f"trained on {trained_threads}-thread timings ({name}) ranks the configs")
-        return model, str(pretrained_path(op.name, name, root=root)), notes
+        path = pretrained_path(op.name, name, root=root)
+        notes += hardware_notes(path, hardware or {}, op=op.name)
+        return model, str(path), notes
     if platform == SOURCE_PLATFORM:
         raise PretrainedNotFoundError(f"{first}. Pass a saved model with --model PATH (library: model=...), "
                                       f"or build one with benchmarks/pretrain.py") from None
@@ -350,7 +354,8 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
     notes: list[str] = []
     if model is None:
         model, model_source, notes = load_shipped_model(op, backend.platform, root=pretrained_root,
-                                                        threads=backend.kernel_threads())
+                                                        threads=backend.kernel_threads(),
+                                                        hardware=backend.metadata())
     tuned = TuneResult(baseline=results[0], measured=results, predicted_rank=[], model=model,
                        model_source=model_source, sampled=len(sample), notes=notes,
                        diversity=platform_space.pick_distance if diversity is None else diversity)
@@ -584,7 +589,8 @@ def compile_top_k(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat
     notes: list[str] = []
     if model is None:
         model, model_source, notes = load_shipped_model(op, backend.platform, root=pretrained_root,
-                                                        threads=backend.kernel_threads())
+                                                        threads=backend.kernel_threads(),
+                                                        hardware=backend.metadata())
     ranked = model.rank(matrix, platform_space.candidates(backend.kernel_threads()), space=platform_space,
                         feat=feat)[:top_k]
     directory = Path(directory)

@@ -13,6 +13,7 @@ wins, so single-thread timings cannot teach them.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Sequence
@@ -23,6 +24,9 @@ from .cognate import META_FILE, CognateCostModel
 
 PRETRAINED_DIR = Path(__file__).resolve().parent.parent / "pretrained"
 CARD_FILE = "MODEL_CARD.md"
+# What a shipped target model's timings came from, as `Backend.metadata()` names it (e.g. {"target": "cuda",
+# "arch": "sm_90", "device": "NVIDIA H200"}): `hardware_notes` compares it with the backend a user tunes for.
+TRAINED_ON_FILE = "trained_on.json"
 
 
 def pretrained_path(op: str, platform: str, *, root: str | os.PathLike | None = None) -> Path:
@@ -48,6 +52,26 @@ def thread_variants(platform: str, threads: int | None, *,
     wanted = 1 if threads is None else max(1, int(threads))
     order = sorted(counts, key=lambda t: (wanted > 1 and t == 1, abs(t - wanted), t))
     return [(threaded_platform(platform, t), t) for t in order]
+
+
+def write_trained_on(path: str | os.PathLike, hardware: dict) -> Path:
+    """Record, beside a saved model in `path`, the hardware its timings came from (`TRAINED_ON_FILE`)."""
+    out = Path(path) / TRAINED_ON_FILE
+    out.write_text(json.dumps(hardware, indent=1, sort_keys=True))
+    return out
+
+
+def hardware_notes(path: str | os.PathLike, hardware: dict, *, op: str) -> list[str]:
+    """Notes for each key of the model's `TRAINED_ON_FILE` that `hardware` (the backend's metadata)
+    holds with another value: the model ranks configs for hardware it was not trained on."""
+    recorded = Path(path) / TRAINED_ON_FILE
+    if not recorded.is_file():
+        return []
+    trained = json.loads(recorded.read_text())
+    where = trained.get("device", "other hardware")
+    return [f"the shipped {op} model was trained on timings of {where} ({key} {trained[key]}); this backend's "
+            f"{key} is {hardware[key]}: its ranking is untested on this hardware"
+            for key in sorted(trained) if key in hardware and hardware[key] != trained[key]]
 
 
 def available_pretrained(*, root: str | os.PathLike | None = None) -> list[tuple[str, str]]:
