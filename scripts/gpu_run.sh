@@ -193,7 +193,8 @@ collect() {
   local args=("$@") out="$STAGE/collect_dataset" a
   for a in "${args[@]}"; do [ "$a" = --out ] && out=; done
   [[ " ${args[*]} " == *" --target "* ]] || args=(--target cuda "${args[@]}")
-  [[ " ${args[*]} " == *" --arch "* ]] || args+=(--arch "$ARCH")
+  # --arch is a cuda backend option; another target (a local check with llvm) takes none
+  if [[ " ${args[*]} " == *" --target cuda "* && " ${args[*]} " != *" --arch "* ]]; then args+=(--arch "$ARCH"); fi
   [ -n "$out" ] && args+=(--out "$out")
   "${PYRUN[@]}" -m cognate_tvm.collect "${args[@]}" | tee "$RESULTS/collect.json"
   local status=${PIPESTATUS[0]}
