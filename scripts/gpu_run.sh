@@ -113,7 +113,10 @@ setup() {
     log "compiling cognate_tvm._formats here"
     local inc
     inc=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-    g++ -O3 -shared -fPIC -std=c++17 -fvisibility=hidden -I"$inc" -I"$SITE/core/_cognate/pybind11/include" \
+    # pybind11's headers: the payload's, else those of a pybind11 this Python already has
+    local pyb=$SITE/core/_cognate/pybind11/include
+    [ -d "$pyb" ] || pyb=$("$PY" -c 'import pybind11; print(pybind11.get_include())' 2>/dev/null) || true
+    g++ -O3 -shared -fPIC -std=c++17 -fvisibility=hidden -I"$inc" ${pyb:+-I"$pyb"} \
       -Isrc/formats src/formats/*.cc -o "$ROOT/python/cognate_tvm/_formats$suffix" || return 1
   fi
   "$PY" -c 'import cognate_tvm.formats' || return 1
