@@ -6,6 +6,8 @@
 #   bash scripts/gpu_run.sh run [ARGS...]    # self-test, then benchmarks/gpu_check.py --quick ARGS
 #   bash scripts/gpu_run.sh selftest         # import TVM, build, compile and run one CUDA kernel
 #   bash scripts/gpu_run.sh collect ARGS...  # python -m cognate_tvm.collect --target cuda ARGS (a dataset)
+#   bash scripts/gpu_run.sh gnn [ARGS...]    # benchmarks/gnn_end_to_end.py --device cuda ARGS (GCN epochs vs
+#                                            # torch.sparse on cuSPARSE), inside COGNATE_GPU_BUDGET_S seconds
 #
 # Files a device call carries are gone at the next call; what a command writes outside the
 # repository stays while the machine is warm. So every mode first copies the parts this call
@@ -19,7 +21,8 @@
 # gpu_run_steps.tsv (each step's exit status and seconds, appended as it ends), gpu_check.json and
 # gpu_check.md (rewritten after every phase), gpu_sweep_dataset.tar.gz (the sweep in the dataset
 # format, rewritten after every matrix) and gpu_tune_cli.json, so a run killed at any point still
-# leaves what it measured. `collect` writes collect_dataset.tar.gz and collect.json.
+# leaves what it measured. `collect` writes collect_dataset.tar.gz and collect.json; `gnn` writes
+# gnn_run.log, gnn_end_to_end.{md,json,png} and gpu_run_steps.tsv.
 #
 # Environment: COGNATE_GPU_PYTHON (default /opt/torch/.venv/bin/python, else python3),
 # COGNATE_GPU_STAGE, COGNATE_GPU_BUDGET_S, COGNATE_GPU_ARCH (default: the GPU's, from nvidia-smi;
@@ -234,6 +237,14 @@ case "$MODE" in
   collect)
     setup || exit 1
     collect "$@" ;;
+  gnn)
+    exec > >(tee -a "$RESULTS/gnn_run.log") 2>&1
+    probe
+    setup || { log "setup failed: nothing else runs"; exit 1; }
+    printf 'step\texit_status\tseconds\tlimit_s\n' >"$RESULTS/gpu_run_steps.tsv"
+    # the tuned kernels' choices are cached on the stage, so a second call measures nothing again
+    step gnn "$(( $(left) - 10 ))" "${PYRUN[@]}" benchmarks/gnn_end_to_end.py --device cuda \
+      --cache-dir "$STAGE/results/gnn_tuned" --out "$RESULTS" "$@" ;;
   *)
-    echo "usage: bash scripts/gpu_run.sh {stage|all|run|selftest|collect} [ARGS]" >&2; exit 2 ;;
+    echo "usage: bash scripts/gpu_run.sh {stage|all|run|selftest|collect|gnn} [ARGS]" >&2; exit 2 ;;
 esac

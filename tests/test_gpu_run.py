@@ -129,3 +129,17 @@ def test_collect_through_the_payload_packs_its_dataset(gb, tmp_path):
     with tarfile.open(tmp_path / "out" / "collect_dataset.tar.gz") as tar:
         names = tar.getnames()
     assert "collect_dataset/meta.json" in names and any(n.endswith(".parquet") for n in names)
+
+
+def test_gnn_mode_runs_the_gcn_benchmark_on_cuda_within_its_budget(gb, tmp_path):
+    """`gpu_run.sh gnn ARGS`: the GCN benchmark on the GPU, its step recorded; here as a dry run."""
+    bundle = fake_payload(gb, tmp_path)
+    run("stage", env=call_env(tmp_path, carry(bundle, tmp_path, 1)))
+    env = {**call_env(tmp_path, carry(bundle, tmp_path, 2)), "COGNATE_GPU_DRY_RUN": "1", "COGNATE_GPU_BUDGET_S": "300"}
+    out = run("gnn", "--widths", "64", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    results = tmp_path / "out"
+    log = (results / "gnn_run.log").read_text()
+    assert "benchmarks/gnn_end_to_end.py --device cuda" in log and f"--out {results} --widths 64" in log
+    step = (results / "gpu_run_steps.tsv").read_text().splitlines()[1].split("\t")
+    assert step[0] == "gnn" and step[1] == "dry-run" and 10 <= int(step[3]) <= 290  # the budget less setup and 10 s
