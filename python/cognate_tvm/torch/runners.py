@@ -38,7 +38,8 @@ class GatherCache:
 
     Constant values (a GCN's normalised adjacency) are then put into a layout
     once, not on every call; values that change (attention scores, or values
-    written in place) are gathered again. The remembered source is kept alive,
+    written in place) are gathered again. Writes through ``values.data`` bypass
+    torch's version counter and are not seen: write to ``values`` itself. The remembered source is kept alive,
     so its memory cannot be reused by another tensor meanwhile. With grad
     enabled and values that require it, the gather is done (differentiably)
     every time.
