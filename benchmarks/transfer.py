@@ -109,7 +109,7 @@ from cognate_tvm.transfer import (COLUMNS, SIZES, OracleRanker, Params, evaluate
                                   refit_text, samples, shown_path, source_sizes, summarize_runs, target_data,
                                   train_no_transfer, warm_embeddings, with_eval_matrices, with_pool_matrices,
                                   write_markdown, xgboost_on_validation)
-from common import setup_logging
+from common import figure, setup_logging
 
 logger = logging.getLogger("transfer")
 
@@ -368,40 +368,37 @@ def ship(op: str, candidate, result: dict, params: Params, args, test_groups: Se
 
 
 def plot(op: str, result: dict, params: Params, out: Path, stem: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     seed = params.seeds[0]
     pm = result["per_matrix"]
     oracle = pm["oracle"][seed]
     base = np.array([r["baseline_ms"] for r in oracle])
     order = np.argsort(base / np.array([r["oracle_ms"] for r in oracle]))
-    fig, ax = plt.subplots(figsize=(9, 3.8))
     tl = "tl5"
     nt_mid = f"nt{params.nt_sizes[len(params.nt_sizes) // 2]}"
-    for method, style in (("oracle", "k-"), (tl, "r-o"), ("best_fixed", "b--s"), ("waco_fm", "g:^"),
-                          (nt_mid, "m-.v"), ("zero_shot", "c:x")):
-        if method not in pm:
-            continue
-        rows = pm[method][seed]
-        speed = np.array([r["baseline_ms"] / r["top1_ms"] for r in rows])[order]
-        ax.plot(np.arange(len(speed)), speed, style, ms=4, lw=1, label=label(method) + " (top-1)")
-    ax.set_yscale("log")
-    ax.axhline(1.0, color="grey", lw=0.5)
-    ax.set_xlabel("test matrix (sorted by oracle speedup)")
-    ax.set_ylabel("speedup over baseline config")
-    ax.set_title(f"SPADE {op}: per-matrix top-1 speedups (seed {seed})")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(out / f"{stem}_per_matrix.png", dpi=120)
-    plt.close(fig)
+    with figure(out / f"{stem}_per_matrix.png", figsize=(9, 3.8)) as (_, ax):
+        for method, style in (("oracle", "k-"), (tl, "r-o"), ("best_fixed", "b--s"), ("waco_fm", "g:^"),
+                              (nt_mid, "m-.v"), ("zero_shot", "c:x")):
+            if method not in pm:
+                continue
+            rows = pm[method][seed]
+            speed = np.array([r["baseline_ms"] / r["top1_ms"] for r in rows])[order]
+            ax.plot(np.arange(len(speed)), speed, style, ms=4, lw=1, label=label(method) + " (top-1)")
+        ax.set_yscale("log")
+        ax.axhline(1.0, color="grey", lw=0.5)
+        ax.set_xlabel("test matrix (sorted by oracle speedup)")
+        ax.set_ylabel("speedup over baseline config")
+        ax.set_title(f"SPADE {op}: per-matrix top-1 speedups (seed {seed})")
+        ax.legend(fontsize=7, ncol=2)
     if not any(m.startswith("nt") for m in result["summary"]):
         return
 
     summary = result["summary"]
-    fig, ax = plt.subplots(figsize=(6, 3.8))
+    with figure(out / f"{stem}_efficiency.png", figsize=(6, 3.8)) as (_, ax):
+        plot_efficiency(ax, op, summary, params)
+
+
+def plot_efficiency(ax, op: str, summary: dict, params: Params) -> None:
+    """Top-1 oracle fraction against target samples: COGNATE TLk and NTn, with the baselines as lines."""
     for prefix, sizes, style, name in (("tl", params.ks, "r-o", "COGNATE TLk"), ("nt", params.nt_sizes, "m-s", "NTn")):
         keys = [f"{prefix}{n}" for n in sizes if f"{prefix}{n}" in summary]
         xs = [summary[k]["target_samples"] for k in keys]
@@ -420,9 +417,6 @@ def plot(op: str, result: dict, params: Params, out: Path, stem: str) -> None:
     ax.set_ylabel("top-1 fraction of oracle (geomean)")
     ax.set_title(f"SPADE {op}: data efficiency")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / f"{stem}_efficiency.png", dpi=120)
-    plt.close(fig)
 
 
 # -- CLI -----------------------------------------------------------------------------------------
