@@ -19,7 +19,7 @@ soon as it is done, so a run cut short still leaves its results:
    `--new-matrices` (in the order given) or `--matrices` generated ones, to
    find each matrix's best configs (the oracle); inside the budget (a matrix
    predicted not to fit is skipped, a sweep cut short keeps what it timed:
-   `cognate_tvm.sweep`). Every timing goes to a dataset in the CPU datasets' format
+   `cognate_tvm.sweeps`). Every timing goes to a dataset in the CPU datasets' format
    (`cognate_tvm.data`: `--dataset`, Parquet parts, JSON where pyarrow is
    missing), with the device, the timing and each matrix's generator
    arguments in the ``backend`` column; `--dataset-archive` is a .tar.gz of it,
@@ -450,7 +450,7 @@ def markdown(report: dict) -> str:
 def sweep_corpus(args) -> list:
     """The matrices to sweep, in order: `--new-matrices` (the must-show ones first), else a generated corpus."""
     from cognate_tvm.matrix import generate_corpus
-    from cognate_tvm.sweep import named_matrices
+    from cognate_tvm.sweeps import named_matrices
 
     if args.new_matrices:
         return named_matrices(args.new_matrices)
@@ -526,7 +526,7 @@ def matrix_entries(rows: list) -> list:
 
 def run(args, report: Report) -> int:
     from cognate_tvm import backends
-    from cognate_tvm.sweep import Sweep
+    from cognate_tvm.sweeps import Sweep
 
     started = args.started = time.perf_counter()
     deadline = started + args.budget_s
