@@ -348,6 +348,11 @@ def _subsets(rows: list) -> dict[str, list]:
             "nnz_1m": [r for r in rows if r["nnz"] >= 1_000_000]}
 
 
+def _speedups(careful: list, *named: tuple[str, str, str]) -> dict:
+    """{name: geomean over `careful` of time[reference] / time[key]} for each (name, reference, key)."""
+    return {name: geomean(ratio(c[reference], c[key]) for c in careful) for name, reference, key in named}
+
+
 def summarize(rows: list, transfers: dict, report: Report) -> dict:
     out = {}
     for op in OPS:
@@ -357,19 +362,17 @@ def summarize(rows: list, transfers: dict, report: Report) -> dict:
         corr = report.data.get("correctness", {}).get(op, {})
         out[op] = {
             "matrices": len(cs),
-            "best_over_cusparse": geomean(ratio(c["cusparse_ms"], c["oracle_ms"]) for c in cs),
-            "baseline_over_cusparse": geomean(ratio(c["cusparse_ms"], c["baseline_ms"]) for c in cs),
-            "best_over_baseline": geomean(ratio(c["baseline_ms"], c["oracle_ms"]) for c in cs),
+            **_speedups(cs, ("best_over_cusparse", "cusparse_ms", "oracle_ms"),
+                        ("baseline_over_cusparse", "cusparse_ms", "baseline_ms"),
+                        ("best_over_baseline", "baseline_ms", "oracle_ms")),
             "transfer_test_matrices": len(test),
-            "top1_over_cusparse": geomean(ratio(c["cusparse_ms"], c["top1_ms"]) for c in test),
-            "top5_over_cusparse": geomean(ratio(c["cusparse_ms"], c["top5_ms"]) for c in test),
-            "top1_of_oracle": geomean(ratio(c["oracle_ms"], c["top1_ms"]) for c in test),
-            "top5_of_oracle": geomean(ratio(c["oracle_ms"], c["top5_ms"]) for c in test),
-            "top5_over_baseline": geomean(ratio(c["baseline_ms"], c["top5_ms"]) for c in test),
+            **_speedups(test, ("top1_over_cusparse", "cusparse_ms", "top1_ms"),
+                        ("top5_over_cusparse", "cusparse_ms", "top5_ms"), ("top1_of_oracle", "oracle_ms", "top1_ms"),
+                        ("top5_of_oracle", "oracle_ms", "top5_ms"), ("top5_over_baseline", "baseline_ms", "top5_ms")),
             "tune_matrices": len(tuned),
-            "tune_of_oracle": geomean(ratio(c["oracle_ms"], c["tune_ms"]) for c in tuned),
-            "tune_over_cusparse": geomean(ratio(c["cusparse_ms"], c["tune_ms"]) for c in tuned),
-            "tune_over_baseline": geomean(ratio(c["baseline_ms"], c["tune_ms"]) for c in tuned),
+            **_speedups(tuned, ("tune_of_oracle", "oracle_ms", "tune_ms"),
+                        ("tune_over_cusparse", "cusparse_ms", "tune_ms"),
+                        ("tune_over_baseline", "baseline_ms", "tune_ms")),
             "tune_model": next((c["tune"].get("model") for c in tuned), None),
             "tune_notes": next((c["tune"].get("notes") for c in tuned), None),
             "model": transfers.get(op, {}).get("model") or transfers.get(op, {}).get("error"),

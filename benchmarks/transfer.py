@@ -420,6 +420,13 @@ def plot_efficiency(ax, op: str, summary: dict, params: Params) -> None:
 
 
 # -- CLI -----------------------------------------------------------------------------------------
+# Params fields that the flag of the same name replaces: when it is set, or for the recipe grid's,
+# when it is given at all (a list becomes the tuple Params holds)
+OVERRIDES = ("ops", "seeds", "threads", "select_metric", "finetune_draw", "finetune_include", "refit",
+             "target_knob_encoder", "target_loss", "listwise_temperature", "pool_max_rows")
+GRID_OVERRIDES = ("finetune_epochs", "lrs", "reinit_lrs", "nt_epochs", "nt_lrs", "anchors", "ensemble_sizes")
+
+
 def positive(kind: type):
     """An argparse type: a `kind` number above 0 (epochs, learning rates)."""
     def parse(text: str):
@@ -519,40 +526,15 @@ def parse_args(argv):
     if args.listwise_temperature and args.target_loss != "listwise":
         parser.error("--listwise-temperature goes with --target-loss listwise")
     params = SIZES[args.size]
-    changes = {}
-    if args.ops:
-        changes["ops"] = tuple(args.ops)
-    if args.seeds:
-        changes["seeds"] = tuple(args.seeds)
-    if args.threads:
-        changes["threads"] = args.threads
-    if args.select_metric:
-        changes["select_metric"] = args.select_metric
-    if args.finetune_draw:
-        changes["finetune_draw"] = args.finetune_draw
-    if args.finetune_include:
-        changes["finetune_include"] = tuple(args.finetune_include)
-    if args.refit:
-        changes["refit"] = True
-    if args.target_knob_encoder:
-        changes["target_knob_encoder"] = args.target_knob_encoder
-    if args.target_loss:
-        changes["target_loss"] = args.target_loss
-    if args.listwise_temperature:
-        changes["listwise_temperature"] = args.listwise_temperature
-    grid = {"finetune_epochs": args.finetune_epochs, "lrs": args.lrs, "reinit_lrs": args.reinit_lrs,
-            "nt_epochs": args.nt_epochs, "nt_lrs": args.nt_lrs, "anchors": args.anchors,
-            "ensemble_sizes": args.ensemble_sizes}
-    changes.update({name: tuple(value) if isinstance(value, list) else value
-                    for name, value in grid.items() if value is not None})
+    changes = {name: getattr(args, name) for name in OVERRIDES if getattr(args, name)}
+    changes.update({name: getattr(args, name) for name in GRID_OVERRIDES if getattr(args, name) is not None})
+    changes = {name: tuple(value) if isinstance(value, list) else value for name, value in changes.items()}
     if args.pool_matrices:
         params = with_pool_matrices(params, args.pool_matrices)
     if args.curve_only and (args.ablations or args.ablations_only or args.ship_only or args.ship):
         parser.error("--curve-only runs neither ablations nor shipping")
     if args.ship and args.ensemble_sizes and max(args.ensemble_sizes) > 1:
         parser.error("--ship writes one network: it does not go with --ensemble-sizes above 1")
-    if args.pool_max_rows:
-        changes["pool_max_rows"] = args.pool_max_rows
     if args.eval_matrices:
         params = with_eval_matrices(params, args.eval_matrices)
     # explicit sizes win over the pool cap above (run_op rejects sizes beyond the pool)
