@@ -1,5 +1,5 @@
 """What the benchmarks share: their matrix sets, geomeans over runs that may have failed, quantiles,
-and logging.
+logging and figures.
 
 The benchmarks run as scripts (``python benchmarks/<name>.py``), so this directory is on their
 path; the tests put it there too (``pythonpath`` in pyproject.toml).
@@ -7,7 +7,9 @@ path; the tests put it there too (``pythonpath`` in pyproject.toml).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+from pathlib import Path
 from typing import Iterable
 
 import numpy as np
@@ -56,3 +58,21 @@ def quantiles(values) -> dict:
     values = np.asarray(values, dtype=float)
     return {"n": int(values.size), "median": float(np.median(values)), "p10": float(np.percentile(values, 10)),
             "p90": float(np.percentile(values, 90))}
+
+
+@contextlib.contextmanager
+def figure(path: Path, *, figsize: tuple[float, float], dpi: int = 120):
+    """(fig, ax) of a new matplotlib figure (Agg backend: no display needed); on leaving the block it
+    is laid out, saved to `path` and closed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=figsize)
+    try:
+        yield fig, ax
+        fig.tight_layout()
+        fig.savefig(path, dpi=dpi)
+    finally:
+        plt.close(fig)

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from common import present_geomean, setup_logging
+from common import figure, present_geomean, setup_logging
 
 log = logging.getLogger("cpu_space")
 
@@ -182,28 +182,20 @@ def write_reports(out: Path, op: str, rows: list[dict], vendor_names: list[str],
 
 
 def plot(path: Path, op: str, rows: list[dict], vendor_names: list[str]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = [r for r in rows if r.get("best_ms")]
     rows.sort(key=lambda r: r["nnz"])
     x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(max(8, 0.35 * len(rows)), 5))
     series = [("baseline", "baseline_ms"), ("worst", "worst_ms")] + [(n, f"{n}_ms") for n in vendor_names]
-    for label, key in series:
-        ys = [r[key] / r["best_ms"] if r.get(key) else np.nan for r in rows]
-        ax.plot(x, ys, "o", label=f"{label} / best (geomean {present_geomean(ys, empty=np.nan):.2f})")
-    ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set_yscale("log")
-    ax.set_xticks(x, [r["name"] for r in rows], rotation=90, fontsize=6)
-    ax.set_ylabel("time / best-in-space time")
-    ax.set_title(f"CPU space, {op}: time relative to the best measured config (matrices by nnz)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, figsize=(max(8, 0.35 * len(rows)), 5)) as (_, ax):
+        for label, key in series:
+            ys = [r[key] / r["best_ms"] if r.get(key) else np.nan for r in rows]
+            ax.plot(x, ys, "o", label=f"{label} / best (geomean {present_geomean(ys, empty=np.nan):.2f})")
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(x, [r["name"] for r in rows], rotation=90, fontsize=6)
+        ax.set_ylabel("time / best-in-space time")
+        ax.set_title(f"CPU space, {op}: time relative to the best measured config (matrices by nnz)")
+        ax.legend(fontsize=8)
 
 
 def main(argv=None) -> int:

@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from common import figure
+
 log = logging.getLogger("gnn_end_to_end")
 SIDES = ("tuned", "baseline-config", "random-search", "torch.sparse", "torch.sparse+At")
 
@@ -238,23 +240,15 @@ def write_report(result: dict, out: Path) -> None:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = result["rows"]
-    fig, ax = plt.subplots(figsize=(7, 3.5))
     step = 0.8 / len(SIDES)
-    for n, side in enumerate(SIDES):
-        ax.bar([i + n * step for i in range(len(rows))], [r["epoch_ms"][side] for r in rows], step, label=side)
-    ax.set_xticks([i + 0.4 - step / 2 for i in range(len(rows))], [f"N={r['width']}" for r in rows])
-    ax.set_ylabel("ms per training epoch")
-    ax.set_title(f"GCN on {result['graph']['name']} ({result['device']}, {result['threads']} threads)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, figsize=(7, 3.5)) as (_, ax):
+        for n, side in enumerate(SIDES):
+            ax.bar([i + n * step for i in range(len(rows))], [r["epoch_ms"][side] for r in rows], step, label=side)
+        ax.set_xticks([i + 0.4 - step / 2 for i in range(len(rows))], [f"N={r['width']}" for r in rows])
+        ax.set_ylabel("ms per training epoch")
+        ax.set_title(f"GCN on {result['graph']['name']} ({result['device']}, {result['threads']} threads)")
+        ax.legend(fontsize=7)
 
 
 def main(argv=None) -> dict:

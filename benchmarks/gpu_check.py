@@ -19,7 +19,7 @@ soon as it is done, so a run cut short still leaves its results:
    `--new-matrices` (in the order given) or `--matrices` generated ones, to
    find each matrix's best configs (the oracle); inside the budget (a matrix
    predicted not to fit is skipped, a sweep cut short keeps what it timed:
-   `cognate_tvm.sweep`). Every timing goes to a dataset in the CPU datasets' format
+   `cognate_tvm.sweeps`). Every timing goes to a dataset in the CPU datasets' format
    (`cognate_tvm.data`: `--dataset`, Parquet parts, JSON where pyarrow is
    missing), with the device, the timing and each matrix's generator
    arguments in the ``backend`` column; `--dataset-archive` is a .tar.gz of it,
@@ -348,6 +348,11 @@ def _subsets(rows: list) -> dict[str, list]:
             "nnz_1m": [r for r in rows if r["nnz"] >= 1_000_000]}
 
 
+def _speedups(careful: list, *named: tuple[str, str, str]) -> dict:
+    """{name: geomean over `careful` of time[reference] / time[key]} for each (name, reference, key)."""
+    return {name: geomean(ratio(c[reference], c[key]) for c in careful) for name, reference, key in named}
+
+
 def summarize(rows: list, transfers: dict, report: Report) -> dict:
     out = {}
     for op in OPS:
@@ -357,19 +362,17 @@ def summarize(rows: list, transfers: dict, report: Report) -> dict:
         corr = report.data.get("correctness", {}).get(op, {})
         out[op] = {
             "matrices": len(cs),
-            "best_over_cusparse": geomean(ratio(c["cusparse_ms"], c["oracle_ms"]) for c in cs),
-            "baseline_over_cusparse": geomean(ratio(c["cusparse_ms"], c["baseline_ms"]) for c in cs),
-            "best_over_baseline": geomean(ratio(c["baseline_ms"], c["oracle_ms"]) for c in cs),
+            **_speedups(cs, ("best_over_cusparse", "cusparse_ms", "oracle_ms"),
+                        ("baseline_over_cusparse", "cusparse_ms", "baseline_ms"),
+                        ("best_over_baseline", "baseline_ms", "oracle_ms")),
             "transfer_test_matrices": len(test),
-            "top1_over_cusparse": geomean(ratio(c["cusparse_ms"], c["top1_ms"]) for c in test),
-            "top5_over_cusparse": geomean(ratio(c["cusparse_ms"], c["top5_ms"]) for c in test),
-            "top1_of_oracle": geomean(ratio(c["oracle_ms"], c["top1_ms"]) for c in test),
-            "top5_of_oracle": geomean(ratio(c["oracle_ms"], c["top5_ms"]) for c in test),
-            "top5_over_baseline": geomean(ratio(c["baseline_ms"], c["top5_ms"]) for c in test),
+            **_speedups(test, ("top1_over_cusparse", "cusparse_ms", "top1_ms"),
+                        ("top5_over_cusparse", "cusparse_ms", "top5_ms"), ("top1_of_oracle", "oracle_ms", "top1_ms"),
+                        ("top5_of_oracle", "oracle_ms", "top5_ms"), ("top5_over_baseline", "baseline_ms", "top5_ms")),
             "tune_matrices": len(tuned),
-            "tune_of_oracle": geomean(ratio(c["oracle_ms"], c["tune_ms"]) for c in tuned),
-            "tune_over_cusparse": geomean(ratio(c["cusparse_ms"], c["tune_ms"]) for c in tuned),
-            "tune_over_baseline": geomean(ratio(c["baseline_ms"], c["tune_ms"]) for c in tuned),
+            **_speedups(tuned, ("tune_of_oracle", "oracle_ms", "tune_ms"),
+                        ("tune_over_cusparse", "cusparse_ms", "tune_ms"),
+                        ("tune_over_baseline", "baseline_ms", "tune_ms")),
             "tune_model": next((c["tune"].get("model") for c in tuned), None),
             "tune_notes": next((c["tune"].get("notes") for c in tuned), None),
             "model": transfers.get(op, {}).get("model") or transfers.get(op, {}).get("error"),
@@ -450,7 +453,7 @@ def markdown(report: dict) -> str:
 def sweep_corpus(args) -> list:
     """The matrices to sweep, in order: `--new-matrices` (the must-show ones first), else a generated corpus."""
     from cognate_tvm.matrix import generate_corpus
-    from cognate_tvm.sweep import named_matrices
+    from cognate_tvm.sweeps import named_matrices
 
     if args.new_matrices:
         return named_matrices(args.new_matrices)
@@ -526,7 +529,7 @@ def matrix_entries(rows: list) -> list:
 
 def run(args, report: Report) -> int:
     from cognate_tvm import backends
-    from cognate_tvm.sweep import Sweep
+    from cognate_tvm.sweeps import Sweep
 
     started = args.started = time.perf_counter()
     deadline = started + args.budget_s

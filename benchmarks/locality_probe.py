@@ -22,17 +22,14 @@ import sys
 import time
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from cognate_tvm.baselines import BestFixedRanker, RandomRanker, XGBoostRanker  # noqa: E402
-from cognate_tvm.matrix import hot_column_cover  # noqa: E402
-from cognate_tvm.simulator import HardwareParams  # noqa: E402
-from cognate_tvm import transfer  # noqa: E402
-from cognate_tvm.space import create as create_space  # noqa: E402
+from cognate_tvm.baselines import BestFixedRanker, RandomRanker, XGBoostRanker
+from cognate_tvm.matrix import hot_column_cover
+from cognate_tvm.simulator import HardwareParams
+from cognate_tvm import transfer
+from cognate_tvm.space import create as create_space
+from common import figure
 
 
 def cache_fit_features(matrix, configs, *, feat: int, hardware: HardwareParams) -> np.ndarray:
@@ -123,19 +120,16 @@ def table(result: dict) -> list[str]:
 
 
 def plot(result: dict, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for method in METHODS:
-        got = [r for r in result["rows"] if r["method"] == method]
-        ns = sorted({r["n"] for r in got})
-        ax.plot(ns, [np.mean([r["top1"] for r in got if r["n"] == n]) for n in ns], marker="o", label=method)
-    ax.set_xscale("log")
-    ax.set_xlabel("SPADE target matrices (x 100 configs)")
-    ax.set_ylabel("test top-1 / oracle")
-    ax.set_title(f"{result['op']}: XGBoost probe of the matrix features")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, figsize=(6, 4)) as (_, ax):
+        for method in METHODS:
+            got = [r for r in result["rows"] if r["method"] == method]
+            ns = sorted({r["n"] for r in got})
+            ax.plot(ns, [np.mean([r["top1"] for r in got if r["n"] == n]) for n in ns], marker="o", label=method)
+        ax.set_xscale("log")
+        ax.set_xlabel("SPADE target matrices (x 100 configs)")
+        ax.set_ylabel("test top-1 / oracle")
+        ax.set_title(f"{result['op']}: XGBoost probe of the matrix features")
+        ax.legend(fontsize=8)
 
 
 def main(argv=None, *, params: transfer.Params | None = None) -> int:

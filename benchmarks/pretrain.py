@@ -50,7 +50,7 @@ from cognate_tvm.model.cognate import FIXED_MIN_GROUPS, CognateCostModel
 from cognate_tvm.model.pretrained import CARD_FILE, load_pretrained, model_card, pretrained_path, threaded_platform
 from cognate_tvm.space import create as create_space
 from cognate_tvm.train import evaluate
-from common import setup_logging
+from common import figure, setup_logging
 
 logger = logging.getLogger("pretrain")
 
@@ -121,25 +121,17 @@ def markdown(results: dict, subset: str) -> str:
 
 
 def plot(results: dict, path: Path, op: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names = list(results)
     x = np.arange(len(names))
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    for offset, (key, label) in zip((-0.2, 0.2), METRICS[:2]):
-        ax.bar(x + offset, [results[n]["all"][key] for n in names], width=0.4, label=label)
-    ax.set_xticks(x, [LABELS[n] for n in names], fontsize=8)
-    ax.set_ylim(0, 1.05)
-    ax.axhline(1.0, color="k", lw=0.5)
-    ax.set_ylabel("geomean fraction of best measured")
-    ax.set_title(f"CPU {op}: picks on unseen test matrices")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, figsize=(7, 3.5)) as (_, ax):
+        for offset, (key, label) in zip((-0.2, 0.2), METRICS[:2]):
+            ax.bar(x + offset, [results[n]["all"][key] for n in names], width=0.4, label=label)
+        ax.set_xticks(x, [LABELS[n] for n in names], fontsize=8)
+        ax.set_ylim(0, 1.05)
+        ax.axhline(1.0, color="k", lw=0.5)
+        ax.set_ylabel("geomean fraction of best measured")
+        ax.set_title(f"CPU {op}: picks on unseen test matrices")
+        ax.legend(fontsize=8)
 
 
 FIXED_HEADING = "## Best fixed configs"

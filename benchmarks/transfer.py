@@ -109,7 +109,7 @@ from cognate_tvm.transfer import (COLUMNS, SIZES, OracleRanker, Params, evaluate
                                   refit_text, samples, shown_path, source_sizes, summarize_runs, target_data,
                                   train_no_transfer, warm_embeddings, with_eval_matrices, with_pool_matrices,
                                   write_markdown, xgboost_on_validation)
-from common import setup_logging
+from common import figure, setup_logging
 
 logger = logging.getLogger("transfer")
 
@@ -368,40 +368,37 @@ def ship(op: str, candidate, result: dict, params: Params, args, test_groups: Se
 
 
 def plot(op: str, result: dict, params: Params, out: Path, stem: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     seed = params.seeds[0]
     pm = result["per_matrix"]
     oracle = pm["oracle"][seed]
     base = np.array([r["baseline_ms"] for r in oracle])
     order = np.argsort(base / np.array([r["oracle_ms"] for r in oracle]))
-    fig, ax = plt.subplots(figsize=(9, 3.8))
     tl = "tl5"
     nt_mid = f"nt{params.nt_sizes[len(params.nt_sizes) // 2]}"
-    for method, style in (("oracle", "k-"), (tl, "r-o"), ("best_fixed", "b--s"), ("waco_fm", "g:^"),
-                          (nt_mid, "m-.v"), ("zero_shot", "c:x")):
-        if method not in pm:
-            continue
-        rows = pm[method][seed]
-        speed = np.array([r["baseline_ms"] / r["top1_ms"] for r in rows])[order]
-        ax.plot(np.arange(len(speed)), speed, style, ms=4, lw=1, label=label(method) + " (top-1)")
-    ax.set_yscale("log")
-    ax.axhline(1.0, color="grey", lw=0.5)
-    ax.set_xlabel("test matrix (sorted by oracle speedup)")
-    ax.set_ylabel("speedup over baseline config")
-    ax.set_title(f"SPADE {op}: per-matrix top-1 speedups (seed {seed})")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(out / f"{stem}_per_matrix.png", dpi=120)
-    plt.close(fig)
+    with figure(out / f"{stem}_per_matrix.png", figsize=(9, 3.8)) as (_, ax):
+        for method, style in (("oracle", "k-"), (tl, "r-o"), ("best_fixed", "b--s"), ("waco_fm", "g:^"),
+                              (nt_mid, "m-.v"), ("zero_shot", "c:x")):
+            if method not in pm:
+                continue
+            rows = pm[method][seed]
+            speed = np.array([r["baseline_ms"] / r["top1_ms"] for r in rows])[order]
+            ax.plot(np.arange(len(speed)), speed, style, ms=4, lw=1, label=label(method) + " (top-1)")
+        ax.set_yscale("log")
+        ax.axhline(1.0, color="grey", lw=0.5)
+        ax.set_xlabel("test matrix (sorted by oracle speedup)")
+        ax.set_ylabel("speedup over baseline config")
+        ax.set_title(f"SPADE {op}: per-matrix top-1 speedups (seed {seed})")
+        ax.legend(fontsize=7, ncol=2)
     if not any(m.startswith("nt") for m in result["summary"]):
         return
 
     summary = result["summary"]
-    fig, ax = plt.subplots(figsize=(6, 3.8))
+    with figure(out / f"{stem}_efficiency.png", figsize=(6, 3.8)) as (_, ax):
+        plot_efficiency(ax, op, summary, params)
+
+
+def plot_efficiency(ax, op: str, summary: dict, params: Params) -> None:
+    """Top-1 oracle fraction against target samples: COGNATE TLk and NTn, with the baselines as lines."""
     for prefix, sizes, style, name in (("tl", params.ks, "r-o", "COGNATE TLk"), ("nt", params.nt_sizes, "m-s", "NTn")):
         keys = [f"{prefix}{n}" for n in sizes if f"{prefix}{n}" in summary]
         xs = [summary[k]["target_samples"] for k in keys]
@@ -420,12 +417,16 @@ def plot(op: str, result: dict, params: Params, out: Path, stem: str) -> None:
     ax.set_ylabel("top-1 fraction of oracle (geomean)")
     ax.set_title(f"SPADE {op}: data efficiency")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / f"{stem}_efficiency.png", dpi=120)
-    plt.close(fig)
 
 
 # -- CLI -----------------------------------------------------------------------------------------
+# Params fields that the flag of the same name replaces: when it is set, or for the recipe grid's,
+# when it is given at all (a list becomes the tuple Params holds)
+OVERRIDES = ("ops", "seeds", "threads", "select_metric", "finetune_draw", "finetune_include", "refit",
+             "target_knob_encoder", "target_loss", "listwise_temperature", "pool_max_rows")
+GRID_OVERRIDES = ("finetune_epochs", "lrs", "reinit_lrs", "nt_epochs", "nt_lrs", "anchors", "ensemble_sizes")
+
+
 def positive(kind: type):
     """An argparse type: a `kind` number above 0 (epochs, learning rates)."""
     def parse(text: str):
@@ -525,40 +526,15 @@ def parse_args(argv):
     if args.listwise_temperature and args.target_loss != "listwise":
         parser.error("--listwise-temperature goes with --target-loss listwise")
     params = SIZES[args.size]
-    changes = {}
-    if args.ops:
-        changes["ops"] = tuple(args.ops)
-    if args.seeds:
-        changes["seeds"] = tuple(args.seeds)
-    if args.threads:
-        changes["threads"] = args.threads
-    if args.select_metric:
-        changes["select_metric"] = args.select_metric
-    if args.finetune_draw:
-        changes["finetune_draw"] = args.finetune_draw
-    if args.finetune_include:
-        changes["finetune_include"] = tuple(args.finetune_include)
-    if args.refit:
-        changes["refit"] = True
-    if args.target_knob_encoder:
-        changes["target_knob_encoder"] = args.target_knob_encoder
-    if args.target_loss:
-        changes["target_loss"] = args.target_loss
-    if args.listwise_temperature:
-        changes["listwise_temperature"] = args.listwise_temperature
-    grid = {"finetune_epochs": args.finetune_epochs, "lrs": args.lrs, "reinit_lrs": args.reinit_lrs,
-            "nt_epochs": args.nt_epochs, "nt_lrs": args.nt_lrs, "anchors": args.anchors,
-            "ensemble_sizes": args.ensemble_sizes}
-    changes.update({name: tuple(value) if isinstance(value, list) else value
-                    for name, value in grid.items() if value is not None})
+    changes = {name: getattr(args, name) for name in OVERRIDES if getattr(args, name)}
+    changes.update({name: getattr(args, name) for name in GRID_OVERRIDES if getattr(args, name) is not None})
+    changes = {name: tuple(value) if isinstance(value, list) else value for name, value in changes.items()}
     if args.pool_matrices:
         params = with_pool_matrices(params, args.pool_matrices)
     if args.curve_only and (args.ablations or args.ablations_only or args.ship_only or args.ship):
         parser.error("--curve-only runs neither ablations nor shipping")
     if args.ship and args.ensemble_sizes and max(args.ensemble_sizes) > 1:
         parser.error("--ship writes one network: it does not go with --ensemble-sizes above 1")
-    if args.pool_max_rows:
-        changes["pool_max_rows"] = args.pool_max_rows
     if args.eval_matrices:
         params = with_eval_matrices(params, args.eval_matrices)
     # explicit sizes win over the pool cap above (run_op rejects sizes beyond the pool)

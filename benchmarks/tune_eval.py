@@ -60,7 +60,7 @@ from pathlib import Path
 import numpy as np
 
 from cognate_tvm import baselines, space, tuner
-from cognate_tvm.backends.base import pick_checked, time_side_by_side
+from cognate_tvm.backends.base import measure_side_by_side, pick_checked
 from cognate_tvm.matrix import load_matrix
 from cognate_tvm.ops import get_op
 from cognate_tvm.search import DEFAULT_STRATEGY, STRATEGIES
@@ -145,8 +145,8 @@ def retime(rows: list[dict], matrices: dict, *, backend, op, feat: int, top_k: i
     for row, picks in zip(rows, picks_of(rows, platform_space, top_k=top_k, seed=seed)):
         configs = [baseline] + list(dict.fromkeys(c for c in picks.values() if c is not None and c != baseline))
         samples = {c: [] for c in configs}  # (time, baseline time of the same call) per round
-        for results in time_side_by_side(backend, op, matrices[row["matrix"]], configs, feat, rounds=rounds,
-                                         seed=seed, check_first=True):
+        for results in measure_side_by_side(backend, op, matrices[row["matrix"]], configs, feat, rounds=rounds,
+                                            seed=seed, check_first=True):
             times = {c: r.time_ms for c, r in results.items() if r.ok and r.correct is not False}
             for c in configs:
                 samples[c].append((times.get(c), times.get(baseline)))

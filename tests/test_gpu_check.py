@@ -213,7 +213,7 @@ def test_whole_gpu_flow_on_a_fake_backend(gc, monkeypatch, tmp_path):
     # every side-by-side measurement was checked; the sweep (chunks of every config) was not
     checked = {(op, n) for op, n, check in fake.measured if check}
     assert all((op, m[op]["timed"]) in checked for m in data["matrices"] for op in gc.OPS)
-    from cognate_tvm.sweep import SWEEP_CHUNK
+    from cognate_tvm.sweeps import SWEEP_CHUNK
 
     assert not any(check for op, n, check in fake.measured if n == SWEEP_CHUNK)
     # tune ran as a user runs it (the baseline and the default search's measurements), on every matrix,

@@ -12,7 +12,7 @@ it) sits on one layer of `LAYERS`, lowest first:
 
 0. ``errors``;
 1. the foundations: ``ops``, ``matrix``, ``space``, ``formats``, ``executors``, ``tvm_intrinsics``;
-2. what reads matrices and spaces only: ``data``, ``metrics``, ``mapper``, ``simulator``, ``sweep``, ``sweeps``, ``train``
+2. what reads matrices and spaces only: ``data``, ``metrics``, ``mapper``, ``simulator``, ``sweeps``, ``train``
    (the loops take any model; the model imports them), ``kernels``;
 3. ``model`` and ``backends``;
 4. what composes them: ``baselines``, ``search`` (tune's search strategies), ``tuner``;
@@ -35,7 +35,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "python" / "cognate_tvm"
 LAYERS = (
     ("errors",),
     ("ops", "matrix", "space", "formats", "executors", "tvm_intrinsics"),
-    ("data", "metrics", "mapper", "simulator", "train", "kernels", "sweep", "sweeps"),
+    ("data", "metrics", "mapper", "simulator", "train", "kernels", "sweeps"),
     ("model", "backends"),
     ("baselines", "search", "tuner"),
     ("metaschedule", "transfer", "torch", "measure", "collect", "tune", "cli"),

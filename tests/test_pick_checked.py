@@ -92,9 +92,10 @@ def test_no_correct_config_picks_nothing(setting):
     assert {r.config for r in pick.rejected} == set(configs[:3])
 
 
-def _load_cpu_space(monkeypatch):
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "cpu_space.py"
-    spec = importlib.util.spec_from_file_location("cpu_space_benchmark", path)
+def _load_benchmark(monkeypatch, name: str):
+    """benchmarks/<name>.py as module <name>_benchmark (in sys.modules for this test only)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", path)
     bench = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, bench)
     spec.loader.exec_module(bench)
@@ -109,7 +110,7 @@ class _Entry:
 
 
 def test_cpu_space_benchmark_never_reports_a_wrong_winner(setting, monkeypatch):
-    bench = _load_cpu_space(monkeypatch)
+    bench = _load_benchmark(monkeypatch, "cpu_space")
     space, matrix, configs = setting
     honest = WrongOutputBackend(space).measure(SPMM, matrix, configs, 32)
     fastest = min(honest, key=lambda r: r.time_ms).config
@@ -126,11 +127,7 @@ def test_cpu_space_benchmark_never_reports_a_wrong_winner(setting, monkeypatch):
 
 
 def test_spade_space_benchmark_leaves_out_matrices_without_a_simulated_baseline(monkeypatch):
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "spade_space.py"
-    spec = importlib.util.spec_from_file_location("spade_space_benchmark", path)
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, bench)
-    spec.loader.exec_module(bench)
+    bench = _load_benchmark(monkeypatch, "spade_space")
     from cognate_tvm.space import create as create_space
 
     space = create_space("spade", "spmm")

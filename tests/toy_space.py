@@ -33,7 +33,15 @@ class ToyConfig(Config):
     parallel: bool
 
 
-class ToySpace(Space):
+class ListedSpace(Space):
+    """A space whose valid configs are exactly the ones `configs` lists."""
+
+    def check(self, config):
+        if not isinstance(config, self.config_type) or config not in set(self.configs()):
+            raise InvalidConfigError(f"not a {self.platform} config: {config!r}")
+
+
+class ToySpace(ListedSpace):
     platform = "toy"
     config_type = ToyConfig
     knob_names = ("unroll", "parallel")
@@ -44,10 +52,6 @@ class ToySpace(Space):
 
     def baseline(self):
         return ToyConfig(16, 4096, 32, ORDERS[0], 1, True)
-
-    def check(self, config):
-        if not isinstance(config, ToyConfig) or config not in set(self.configs()):
-            raise InvalidConfigError(f"not a toy config: {config!r}")
 
     def shared_coords(self, config, *, rows, cols, feat):
         return SharedCoords(math.log2(config.i), math.log2(config.k), math.log2(min(config.j, feat)),
@@ -66,7 +70,7 @@ class AccelConfig(Config):
     bypass: bool
 
 
-class ToyAccelSpace(Space):
+class ToyAccelSpace(ListedSpace):
     platform = "toyaccel"
     config_type = AccelConfig
     knob_names = ("barrier", "bypass")
@@ -77,10 +81,6 @@ class ToyAccelSpace(Space):
 
     def baseline(self):
         return AccelConfig(8, 1024, 1, False, False)
-
-    def check(self, config):
-        if not isinstance(config, AccelConfig) or config not in set(self.configs()):
-            raise InvalidConfigError(f"not an accel config: {config!r}")
 
     def shared_coords(self, config, *, rows, cols, feat):
         order = ORDERS[1] if config.barrier else ORDERS[0]

@@ -53,7 +53,7 @@ import scipy.sparse as sp
 from tqdm import tqdm
 
 from . import backends, space
-from .backends.base import Backend, MeasureResult, pick_checked, time_side_by_side
+from .backends.base import Backend, MeasureResult, measure_side_by_side, pick_checked
 from .backends.rpc import create_rpc, wants_rpc
 from .errors import ModelVersionError, PretrainedNotFoundError
 from .ops import Op, get_op
@@ -402,7 +402,7 @@ def retime_finalists(backend: Backend, op: Op, matrix: sp.csr_matrix, tuned: Tun
     configs = list(dict.fromkeys([tuned.baseline.config] + [r.config for r in ok]))
     if rounds < 1 or len(configs) < 2 or backend.deterministic:
         return {}
-    per_round = time_side_by_side(backend, op, matrix, configs, feat, rounds=rounds, seed=seed)
+    per_round = measure_side_by_side(backend, op, matrix, configs, feat, rounds=rounds, seed=seed)
     times = {c: [r[c].time_ms if c in r and r[c].ok else None for r in per_round] for c in configs}
     tuned.retimed = {c: float(np.median(t)) for c, t in times.items() if None not in t}
     return times

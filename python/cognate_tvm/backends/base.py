@@ -205,11 +205,12 @@ def rotated_order(count: int, round_index: int) -> list[int]:
     return [(n + round_index) % count for n in range(count)]
 
 
-def time_side_by_side(backend: Backend, op: Op | str, matrix: sp.csr_matrix, configs: Sequence[Config], feat: int,
-                      *, rounds: int, seed: int = 0, check_first: bool = False) -> list[dict]:
+def measure_side_by_side(backend: Backend, op: Op | str, matrix: sp.csr_matrix, configs: Sequence[Config],
+                         feat: int, *, rounds: int, seed: int = 0, check_first: bool = False) -> list[dict]:
     """`rounds` backend calls that each measure all `configs`, the order rotated every round (so
     none always runs first, on a machine whose speed drifts); per round {config: MeasureResult}.
-    With `check_first`, the first round also checks every output against scipy."""
+    With `check_first`, the first round also checks every output against scipy. (Built
+    MetaSchedule kernels, timed one call each, have `metaschedule.time_side_by_side`.)"""
     configs = list(dict.fromkeys(configs))
     out = []
     for n in range(rounds):

@@ -41,13 +41,46 @@ from ..space.gpu import ELL_WIDTHS
 
 _ZERO_THREADS = 128  # threads of a block that zero-fills rows of C
 
-if len(ELL_WIDTHS) != 6:  # the hyb signatures below list one size parameter per bucket
+if len(ELL_WIDTHS) != 6:  # the hyb signatures list one row count (n0..n5) per bucket
     raise ImportError(f"cuda_tir is written for 6 ELL buckets, ELL_WIDTHS has {len(ELL_WIDTHS)}")
-W0, W1, W2, W3, W4, W5 = ELL_WIDTHS
+
+
+# Argument declarations that several kernels share. Plain functions, called while a prim_func
+# is parsed: each T.match_buffer joins that prim_func's buffer map, and the assignment at the
+# call site names the buffers; the symbolic sizes stay declared (and named) in each kernel.
+def _nonzeros(NNZ, indices_h, data_h):
+    """indices[NNZ], data[NNZ]: the nonzeros' columns and values (panel order)."""
+    return T.match_buffer(indices_h, (NNZ,), "int32"), T.match_buffer(data_h, (NNZ,), "float32")
+
+
+def _ell(R, E, rows_h, cols_h, vals_h):
+    """ell_rows[R], ell_cols[E], ell_vals[E]: the bucketed rows and their slots' columns, values."""
+    return (T.match_buffer(rows_h, (R,), "int32"), T.match_buffer(cols_h, (E,), "int32"),
+            T.match_buffer(vals_h, (E,), "float32"))
+
+
+def _row_ranges(Q, rows_h, start_h, end_h):
+    """rows[Q], start[Q], end[Q]: entry r covers nonzeros [start[r], end[r]) of row rows[r]."""
+    return tuple(T.match_buffer(h, (Q,), "int32") for h in (rows_h, start_h, end_h))
+
+
+def _dense(h, rows, nvec, V):
+    """A float32 matrix [rows, nvec * V]: a dense operand, or SpMM's output."""
+    return T.match_buffer(h, (rows, nvec * V), "float32")
+
+
+def _ell_buckets(bucket, counts, *args):
+    """bucket(W, n, r0, e0, *args) for each ELL bucket in order: its width, its row count, and
+    where its rows (in ell_rows) and slots (in ell_cols, ell_vals) start. Called while a prim_func
+    is parsed, so each bucket's macro lands in the kernel body one after the other."""
+    r0, e0 = 0, 0
+    for W, n in zip(ELL_WIDTHS, counts):
+        bucket(W, n, r0, e0, *args)
+        r0, e0 = r0 + n, e0 + n * W
 
 
 def _spmm_macros(atomic: bool):
-    """Macros shared by the SpMM variants: accumulate into acc, then store/add into C."""
+    """Macros shared by the SpMM variants: accumulate rows into acc, then store/add into C."""
 
     @T.macro
     def zero_fill(C, M, F):
@@ -68,57 +101,55 @@ def _spmm_macros(atomic: bool):
                 C[row, vc * V + e] = acc[e]
 
     @T.macro
+    def row_groups(n, gather, nvec, I, TX, V, *args):
+        """gather(acc, r, vc, *args) for rows r < n, I rows a block: lane (r, vc) sums vector vc
+        of its row's output in acc, zeroed first."""
+        for bx in T.thread_binding((n + I - 1) // I, thread="blockIdx.x"):
+            for by in T.thread_binding((nvec + TX - 1) // TX, thread="blockIdx.y"):
+                for ty in T.thread_binding(I, thread="threadIdx.y"):
+                    for tx in T.thread_binding(TX, thread="threadIdx.x"):
+                        acc = T.alloc_buffer((V,), "float32", scope="local")
+                        r = T.meta_var(bx * I + ty)
+                        vc = T.meta_var(by * TX + tx)
+                        if r < n and vc < nvec:
+                            for e in T.vectorized(V):
+                                acc[e] = T.float32(0)
+                            gather(acc, r, vc, *args)
+
+    @T.macro
+    def add_nonzeros(acc, lo, hi, indices, data, B, vc, V):
+        for n in range(lo, hi):
+            for e in T.vectorized(V):
+                acc[e] = acc[e] + data[n] * B[indices[n], vc * V + e]
+
+    @T.macro
+    def ell_row(acc, r, vc, W, r0, e0, ell_rows, ell_cols, ell_vals, B, C, V):
+        for s in T.unroll(W):
+            for e in T.vectorized(V):
+                acc[e] = acc[e] + ell_vals[e0 + r * W + s] * B[ell_cols[e0 + r * W + s], vc * V + e]
+        write(C, acc, ell_rows[r0 + r], vc, V)
+
+    @T.macro
     def ell_bucket(W, n, r0, e0, ell_rows, ell_cols, ell_vals, B, C, nvec, I, TX, V):
         if n > 0:
-            for bx in T.thread_binding((n + I - 1) // I, thread="blockIdx.x"):
-                for by in T.thread_binding((nvec + TX - 1) // TX, thread="blockIdx.y"):
-                    for ty in T.thread_binding(I, thread="threadIdx.y"):
-                        for tx in T.thread_binding(TX, thread="threadIdx.x"):
-                            acc = T.alloc_buffer((V,), "float32", scope="local")
-                            r = T.meta_var(bx * I + ty)
-                            vc = T.meta_var(by * TX + tx)
-                            if r < n and vc < nvec:
-                                for e in T.vectorized(V):
-                                    acc[e] = T.float32(0)
-                                for s in T.unroll(W):
-                                    for e in T.vectorized(V):
-                                        acc[e] = acc[e] + ell_vals[e0 + r * W + s] * B[
-                                            ell_cols[e0 + r * W + s], vc * V + e]
-                                write(C, acc, ell_rows[r0 + r], vc, V)
+            row_groups(n, ell_row, nvec, I, TX, V, W, r0, e0, ell_rows, ell_cols, ell_vals, B, C, V)
 
-    return zero_fill, write, ell_bucket
+    return zero_fill, write, row_groups, add_nonzeros, ell_bucket
 
 
 def spmm_csr(combine: str):
-    zero_fill, write, _ = _spmm_macros(combine == "atomic")
-    if combine == "atomic":
-        @T.prim_func
-        def spmm(indptr_h: T.handle, indices_h: T.handle, data_h: T.handle, b_h: T.handle,
-                 c_h: T.handle, nvec: T.int32, I: T.int32, TX: T.int32, V: T.int32):
-            T.func_attr({"tirx.noalias": True})
-            P, M, NNZ, K = T.int32(), T.int32(), T.int32(), T.int32()
-            indptr = T.match_buffer(indptr_h, (P, M + 1), "int32")
-            indices = T.match_buffer(indices_h, (NNZ,), "int32")
-            data = T.match_buffer(data_h, (NNZ,), "float32")
-            B = T.match_buffer(b_h, (K, nvec * V), "float32")
-            C = T.match_buffer(c_h, (M, nvec * V), "float32")
-            zero_fill(C, M, nvec * V)
-            for bz in T.thread_binding(P, thread="blockIdx.z"):
-                for bx in T.thread_binding((M + I - 1) // I, thread="blockIdx.x"):
-                    for by in T.thread_binding((nvec + TX - 1) // TX, thread="blockIdx.y"):
-                        for ty in T.thread_binding(I, thread="threadIdx.y"):
-                            for tx in T.thread_binding(TX, thread="threadIdx.x"):
-                                acc = T.alloc_buffer((V,), "float32", scope="local")
-                                row = T.meta_var(bx * I + ty)
-                                vc = T.meta_var(by * TX + tx)
-                                if row < M and vc < nvec:
-                                    for e in T.vectorized(V):
-                                        acc[e] = T.float32(0)
-                                    for n in range(indptr[bz, row], indptr[bz, row + 1]):
-                                        for e in T.vectorized(V):
-                                            acc[e] = acc[e] + data[n] * B[indices[n], vc * V + e]
-                                    write(C, acc, row, vc, V)
-        return spmm
+    atomic = combine == "atomic"
+    zero_fill, write, row_groups, add_nonzeros, _ = _spmm_macros(atomic)
+
+    @T.macro
+    def csr_row(acc, row, vc, panel, indptr, indices, data, B, C, P, V):
+        """Row `row` of one panel (`panel`), or with panel None of all P panels, into C."""
+        if panel is None:
+            for p in range(P):
+                add_nonzeros(acc, indptr[p, row], indptr[p, row + 1], indices, data, B, vc, V)
+        else:
+            add_nonzeros(acc, indptr[panel, row], indptr[panel, row + 1], indices, data, B, vc, V)
+        write(C, acc, row, vc, V)
 
     @T.prim_func
     def spmm(indptr_h: T.handle, indices_h: T.handle, data_h: T.handle, b_h: T.handle,
@@ -126,30 +157,24 @@ def spmm_csr(combine: str):
         T.func_attr({"tirx.noalias": True})
         P, M, NNZ, K = T.int32(), T.int32(), T.int32(), T.int32()
         indptr = T.match_buffer(indptr_h, (P, M + 1), "int32")
-        indices = T.match_buffer(indices_h, (NNZ,), "int32")
-        data = T.match_buffer(data_h, (NNZ,), "float32")
-        B = T.match_buffer(b_h, (K, nvec * V), "float32")
-        C = T.match_buffer(c_h, (M, nvec * V), "float32")
-        for bx in T.thread_binding((M + I - 1) // I, thread="blockIdx.x"):
-            for by in T.thread_binding((nvec + TX - 1) // TX, thread="blockIdx.y"):
-                for ty in T.thread_binding(I, thread="threadIdx.y"):
-                    for tx in T.thread_binding(TX, thread="threadIdx.x"):
-                        acc = T.alloc_buffer((V,), "float32", scope="local")
-                        row = T.meta_var(bx * I + ty)
-                        vc = T.meta_var(by * TX + tx)
-                        if row < M and vc < nvec:
-                            for e in T.vectorized(V):
-                                acc[e] = T.float32(0)
-                            for p in range(P):
-                                for n in range(indptr[p, row], indptr[p, row + 1]):
-                                    for e in T.vectorized(V):
-                                        acc[e] = acc[e] + data[n] * B[indices[n], vc * V + e]
-                            write(C, acc, row, vc, V)
+        indices, data = _nonzeros(NNZ, indices_h, data_h)
+        B, C = _dense(b_h, K, nvec, V), _dense(c_h, M, nvec, V)
+        if atomic:  # one panel a blockIdx.z, each adding its share of a row into C
+            zero_fill(C, M, nvec * V)
+            for bz in T.thread_binding(P, thread="blockIdx.z"):
+                row_groups(M, csr_row, nvec, I, TX, V, bz, indptr, indices, data, B, C, P, V)
+        else:
+            row_groups(M, csr_row, nvec, I, TX, V, None, indptr, indices, data, B, C, P, V)
     return spmm
 
 
 def spmm_hyb(combine: str):
-    zero_fill, write, ell_bucket = _spmm_macros(combine == "atomic")
+    zero_fill, write, row_groups, add_nonzeros, ell_bucket = _spmm_macros(combine == "atomic")
+
+    @T.macro
+    def rest_row(acc, r, vc, rest_rows, rest_start, rest_end, indices, data, B, C, V):
+        add_nonzeros(acc, rest_start[r], rest_end[r], indices, data, B, vc, V)
+        write(C, acc, rest_rows[r], vc, V)
 
     @T.prim_func
     def spmm(rows_h: T.handle, cols_h: T.handle, vals_h: T.handle, rrow_h: T.handle,
@@ -159,42 +184,16 @@ def spmm_hyb(combine: str):
              V: T.int32):
         T.func_attr({"tirx.noalias": True})
         R, E, Q, NNZ, M, K = T.int32(), T.int32(), T.int32(), T.int32(), T.int32(), T.int32()
-        ell_rows = T.match_buffer(rows_h, (R,), "int32")
-        ell_cols = T.match_buffer(cols_h, (E,), "int32")
-        ell_vals = T.match_buffer(vals_h, (E,), "float32")
-        rest_rows = T.match_buffer(rrow_h, (Q,), "int32")
-        rest_start = T.match_buffer(rlo_h, (Q,), "int32")
-        rest_end = T.match_buffer(rhi_h, (Q,), "int32")
-        indices = T.match_buffer(indices_h, (NNZ,), "int32")
-        data = T.match_buffer(data_h, (NNZ,), "float32")
-        B = T.match_buffer(b_h, (K, nvec * V), "float32")
-        C = T.match_buffer(c_h, (M, nvec * V), "float32")
+        ell_rows, ell_cols, ell_vals = _ell(R, E, rows_h, cols_h, vals_h)
+        rest_rows, rest_start, rest_end = _row_ranges(Q, rrow_h, rlo_h, rhi_h)
+        indices, data = _nonzeros(NNZ, indices_h, data_h)
+        B, C = _dense(b_h, K, nvec, V), _dense(c_h, M, nvec, V)
         zero_fill(C, M, nvec * V)
-        ell_bucket(W0, n0, 0, 0, ell_rows, ell_cols, ell_vals, B, C, nvec, I, TX, V)
-        ell_bucket(W1, n1, n0, n0 * W0, ell_rows, ell_cols, ell_vals, B, C, nvec, I, TX, V)
-        ell_bucket(W2, n2, n0 + n1, n0 * W0 + n1 * W1, ell_rows, ell_cols, ell_vals, B, C, nvec, I, TX, V)
-        ell_bucket(W3, n3, n0 + n1 + n2, n0 * W0 + n1 * W1 + n2 * W2, ell_rows, ell_cols,
-                   ell_vals, B, C, nvec, I, TX, V)
-        ell_bucket(W4, n4, n0 + n1 + n2 + n3, n0 * W0 + n1 * W1 + n2 * W2 + n3 * W3, ell_rows,
-                   ell_cols, ell_vals, B, C, nvec, I, TX, V)
-        ell_bucket(W5, n5, n0 + n1 + n2 + n3 + n4,
-                   n0 * W0 + n1 * W1 + n2 * W2 + n3 * W3 + n4 * W4, ell_rows, ell_cols,
-                   ell_vals, B, C, nvec, I, TX, V)
+        _ell_buckets(ell_bucket, (n0, n1, n2, n3, n4, n5), ell_rows, ell_cols, ell_vals, B, C,
+                     nvec, I, TX, V)
         if q > 0:
-            for bx in T.thread_binding((q + I - 1) // I, thread="blockIdx.x"):
-                for by in T.thread_binding((nvec + TX - 1) // TX, thread="blockIdx.y"):
-                    for ty in T.thread_binding(I, thread="threadIdx.y"):
-                        for tx in T.thread_binding(TX, thread="threadIdx.x"):
-                            acc = T.alloc_buffer((V,), "float32", scope="local")
-                            r = T.meta_var(bx * I + ty)
-                            vc = T.meta_var(by * TX + tx)
-                            if r < q and vc < nvec:
-                                for e in T.vectorized(V):
-                                    acc[e] = T.float32(0)
-                                for n in range(rest_start[r], rest_end[r]):
-                                    for e in T.vectorized(V):
-                                        acc[e] = acc[e] + data[n] * B[indices[n], vc * V + e]
-                                write(C, acc, rest_rows[r], vc, V)
+            row_groups(q, rest_row, nvec, I, TX, V, rest_rows, rest_start, rest_end, indices, data,
+                       B, C, V)
     return spmm
 
 
@@ -229,28 +228,59 @@ def _sddmm_macros():
         group_sum(red, ty, TX, LOG_TX)
 
     @T.macro
+    def row_lanes(bx, n, gather, I, TX, V, *args):
+        """gather(r, tx, ty, accv, red, *args) for the rows r < n of block bx, TX lanes a row."""
+        for ty in T.thread_binding(I, thread="threadIdx.y"):
+            for tx in T.thread_binding(TX, thread="threadIdx.x"):
+                accv = T.alloc_buffer((V,), "float32", scope="local")
+                red = T.alloc_buffer((1,), "float32", scope="local")
+                r = T.meta_var(bx * I + ty)
+                if r < n:
+                    gather(r, tx, ty, accv, red, *args)
+
+    @T.macro
+    def row_groups(n, gather, I, TX, V, *args):
+        """row_lanes over the rows r < n, I rows a block."""
+        for bx in T.thread_binding((n + I - 1) // I, thread="blockIdx.x"):
+            row_lanes(bx, n, gather, I, TX, V, *args)
+
+    @T.macro
+    def nonzero_dots(row, lo, hi, indices, data, pos, X, Y, O, nvec, tx, ty, accv, red, TX, V,
+                     LOG_TX):
+        """O[pos[n]] <- data[n] * (X[row] . Y[indices[n]]) for the nonzeros n in [lo, hi)."""
+        for n in range(lo, hi):
+            dot(X, Y, row, indices[n], nvec, tx, ty, accv, red, TX, V, LOG_TX)
+            if tx == 0:
+                O[pos[n]] = data[n] * red[0]
+
+    @T.macro
+    def ell_row(r, tx, ty, accv, red, W, r0, e0, ell_rows, ell_cols, ell_vals, ell_pos, X, Y, O,
+                nvec, TX, V, LOG_TX):
+        for s in range(W):
+            if ell_pos[e0 + r * W + s] >= 0:
+                dot(X, Y, ell_rows[r0 + r], ell_cols[e0 + r * W + s], nvec, tx, ty, accv, red, TX, V,
+                    LOG_TX)
+                if tx == 0:
+                    O[ell_pos[e0 + r * W + s]] = ell_vals[e0 + r * W + s] * red[0]
+
+    @T.macro
     def ell_bucket(W, n, r0, e0, ell_rows, ell_cols, ell_vals, ell_pos, X, Y, O, nvec, I, TX, V,
                    LOG_TX):
         if n > 0:
-            for bx in T.thread_binding((n + I - 1) // I, thread="blockIdx.x"):
-                for ty in T.thread_binding(I, thread="threadIdx.y"):
-                    for tx in T.thread_binding(TX, thread="threadIdx.x"):
-                        accv = T.alloc_buffer((V,), "float32", scope="local")
-                        red = T.alloc_buffer((1,), "float32", scope="local")
-                        r = T.meta_var(bx * I + ty)
-                        if r < n:
-                            for s in range(W):
-                                if ell_pos[e0 + r * W + s] >= 0:
-                                    dot(X, Y, ell_rows[r0 + r], ell_cols[e0 + r * W + s], nvec,
-                                        tx, ty, accv, red, TX, V, LOG_TX)
-                                    if tx == 0:
-                                        O[ell_pos[e0 + r * W + s]] = ell_vals[e0 + r * W + s] * red[0]
+            row_groups(n, ell_row, I, TX, V, W, r0, e0, ell_rows, ell_cols, ell_vals, ell_pos, X, Y,
+                       O, nvec, TX, V, LOG_TX)
 
-    return dot, ell_bucket
+    return row_lanes, row_groups, nonzero_dots, ell_bucket
 
 
 def sddmm_csr(combine: str):
-    dot, _ = _sddmm_macros()
+    row_lanes, _, nonzero_dots, _ = _sddmm_macros()
+
+    @T.macro
+    def panel_row(row, tx, ty, accv, red, bp, indptr, indices, data, pos, X, Y, O, nvec, TX, V,
+                  LOG_TX):
+        nonzero_dots(row, indptr[bp, row], indptr[bp, row + 1], indices, data, pos, X, Y, O, nvec,
+                     tx, ty, accv, red, TX, V, LOG_TX)
 
     @T.prim_func
     def sddmm(indptr_h: T.handle, indices_h: T.handle, data_h: T.handle, pos_h: T.handle,
@@ -259,29 +289,25 @@ def sddmm_csr(combine: str):
         T.func_attr({"tirx.noalias": True})
         P, M, NNZ, K, NO = T.int32(), T.int32(), T.int32(), T.int32(), T.int32()
         indptr = T.match_buffer(indptr_h, (P, M + 1), "int32")
-        indices = T.match_buffer(indices_h, (NNZ,), "int32")
-        data = T.match_buffer(data_h, (NNZ,), "float32")
+        indices, data = _nonzeros(NNZ, indices_h, data_h)
         pos = T.match_buffer(pos_h, (NNZ,), "int32")
-        X = T.match_buffer(x_h, (M, nvec * V), "float32")
-        Y = T.match_buffer(y_h, (K, nvec * V), "float32")
+        X, Y = _dense(x_h, M, nvec, V), _dense(y_h, K, nvec, V)
         O = T.match_buffer(o_h, (NO,), "float32")
         for bx in T.thread_binding((M + I - 1) // I, thread="blockIdx.x"):
             for bp in T.thread_binding(P, thread="blockIdx.y"):
-                for ty in T.thread_binding(I, thread="threadIdx.y"):
-                    for tx in T.thread_binding(TX, thread="threadIdx.x"):
-                        accv = T.alloc_buffer((V,), "float32", scope="local")
-                        red = T.alloc_buffer((1,), "float32", scope="local")
-                        row = T.meta_var(bx * I + ty)
-                        if row < M:
-                            for n in range(indptr[bp, row], indptr[bp, row + 1]):
-                                dot(X, Y, row, indices[n], nvec, tx, ty, accv, red, TX, V, LOG_TX)
-                                if tx == 0:
-                                    O[pos[n]] = data[n] * red[0]
+                row_lanes(bx, M, panel_row, I, TX, V, bp, indptr, indices, data, pos, X, Y, O, nvec,
+                          TX, V, LOG_TX)
     return sddmm
 
 
 def sddmm_hyb(combine: str):
-    dot, ell_bucket = _sddmm_macros()
+    _, row_groups, nonzero_dots, ell_bucket = _sddmm_macros()
+
+    @T.macro
+    def rest_row(r, tx, ty, accv, red, rest_rows, rest_start, rest_end, indices, data, pos, X, Y,
+                 O, nvec, TX, V, LOG_TX):
+        nonzero_dots(rest_rows[r], rest_start[r], rest_end[r], indices, data, pos, X, Y, O, nvec,
+                     tx, ty, accv, red, TX, V, LOG_TX)
 
     @T.prim_func
     def sddmm(rows_h: T.handle, cols_h: T.handle, vals_h: T.handle, epos_h: T.handle,
@@ -293,42 +319,18 @@ def sddmm_hyb(combine: str):
         T.func_attr({"tirx.noalias": True})
         R, E, Q, NNZ, M, K, NO = (T.int32(), T.int32(), T.int32(), T.int32(), T.int32(),
                                   T.int32(), T.int32())
-        ell_rows = T.match_buffer(rows_h, (R,), "int32")
-        ell_cols = T.match_buffer(cols_h, (E,), "int32")
-        ell_vals = T.match_buffer(vals_h, (E,), "float32")
+        ell_rows, ell_cols, ell_vals = _ell(R, E, rows_h, cols_h, vals_h)
         ell_pos = T.match_buffer(epos_h, (E,), "int32")
-        rest_rows = T.match_buffer(rrow_h, (Q,), "int32")
-        rest_start = T.match_buffer(rlo_h, (Q,), "int32")
-        rest_end = T.match_buffer(rhi_h, (Q,), "int32")
-        indices = T.match_buffer(indices_h, (NNZ,), "int32")
-        data = T.match_buffer(data_h, (NNZ,), "float32")
+        rest_rows, rest_start, rest_end = _row_ranges(Q, rrow_h, rlo_h, rhi_h)
+        indices, data = _nonzeros(NNZ, indices_h, data_h)
         pos = T.match_buffer(pos_h, (NNZ,), "int32")
-        X = T.match_buffer(x_h, (M, nvec * V), "float32")
-        Y = T.match_buffer(y_h, (K, nvec * V), "float32")
+        X, Y = _dense(x_h, M, nvec, V), _dense(y_h, K, nvec, V)
         O = T.match_buffer(o_h, (NO,), "float32")
-        ell_bucket(W0, n0, 0, 0, ell_rows, ell_cols, ell_vals, ell_pos, X, Y, O, nvec, I, TX, V, LOG_TX)
-        ell_bucket(W1, n1, n0, n0 * W0, ell_rows, ell_cols, ell_vals, ell_pos, X, Y, O, nvec, I, TX, V, LOG_TX)
-        ell_bucket(W2, n2, n0 + n1, n0 * W0 + n1 * W1, ell_rows, ell_cols, ell_vals, ell_pos,
-                   X, Y, O, nvec, I, TX, V, LOG_TX)
-        ell_bucket(W3, n3, n0 + n1 + n2, n0 * W0 + n1 * W1 + n2 * W2, ell_rows, ell_cols,
-                   ell_vals, ell_pos, X, Y, O, nvec, I, TX, V, LOG_TX)
-        ell_bucket(W4, n4, n0 + n1 + n2 + n3, n0 * W0 + n1 * W1 + n2 * W2 + n3 * W3, ell_rows,
-                   ell_cols, ell_vals, ell_pos, X, Y, O, nvec, I, TX, V, LOG_TX)
-        ell_bucket(W5, n5, n0 + n1 + n2 + n3 + n4,
-                   n0 * W0 + n1 * W1 + n2 * W2 + n3 * W3 + n4 * W4, ell_rows, ell_cols,
-                   ell_vals, ell_pos, X, Y, O, nvec, I, TX, V, LOG_TX)
+        _ell_buckets(ell_bucket, (n0, n1, n2, n3, n4, n5), ell_rows, ell_cols, ell_vals, ell_pos,
+                     X, Y, O, nvec, I, TX, V, LOG_TX)
         if q > 0:
-            for bx in T.thread_binding((q + I - 1) // I, thread="blockIdx.x"):
-                for ty in T.thread_binding(I, thread="threadIdx.y"):
-                    for tx in T.thread_binding(TX, thread="threadIdx.x"):
-                        accv = T.alloc_buffer((V,), "float32", scope="local")
-                        red = T.alloc_buffer((1,), "float32", scope="local")
-                        r = T.meta_var(bx * I + ty)
-                        if r < q:
-                            for n in range(rest_start[r], rest_end[r]):
-                                dot(X, Y, rest_rows[r], indices[n], nvec, tx, ty, accv, red, TX, V, LOG_TX)
-                                if tx == 0:
-                                    O[pos[n]] = data[n] * red[0]
+            row_groups(q, rest_row, I, TX, V, rest_rows, rest_start, rest_end, indices, data, pos,
+                       X, Y, O, nvec, TX, V, LOG_TX)
     return sddmm
 
 
@@ -398,14 +400,10 @@ def spmm_chunk(combine: str, cache: bool, serial: bool = False):
              I: T.int32, TX: T.int32, V: T.int32, CPT: T.int32):
         T.func_attr({"tirx.noalias": True})
         Q, Z, NNZ, M, K = T.int32(), T.int32(), T.int32(), T.int32(), T.int32()
-        chunk_rows = T.match_buffer(crow_h, (Q,), "int32")
-        chunk_start = T.match_buffer(clo_h, (Q,), "int32")
-        chunk_end = T.match_buffer(chi_h, (Q,), "int32")
+        chunk_rows, chunk_start, chunk_end = _row_ranges(Q, crow_h, clo_h, chi_h)
         zero_rows = T.match_buffer(zrow_h, (Z,), "int32")
-        indices = T.match_buffer(indices_h, (NNZ,), "int32")
-        data = T.match_buffer(data_h, (NNZ,), "float32")
-        B = T.match_buffer(b_h, (K, nvec * V), "float32")
-        C = T.match_buffer(c_h, (M, nvec * V), "float32")
+        indices, data = _nonzeros(NNZ, indices_h, data_h)
+        B, C = _dense(b_h, K, nvec, V), _dense(c_h, M, nvec, V)
         if z > 0:  # rows that several chunks add into start from zero
             for bx in bind(z, "blockIdx.x"):
                 for t in bind(_ZERO_THREADS, "threadIdx.x"):
@@ -461,14 +459,10 @@ def sddmm_chunk(combine: str, cache: bool, serial: bool = False):
               I: T.int32, TX: T.int32, V: T.int32, LOG_TX: T.int32, CPT: T.int32):
         T.func_attr({"tirx.noalias": True})
         Q, NNZ, M, K, NO = T.int32(), T.int32(), T.int32(), T.int32(), T.int32()
-        chunk_rows = T.match_buffer(crow_h, (Q,), "int32")
-        chunk_start = T.match_buffer(clo_h, (Q,), "int32")
-        chunk_end = T.match_buffer(chi_h, (Q,), "int32")
-        indices = T.match_buffer(indices_h, (NNZ,), "int32")
-        data = T.match_buffer(data_h, (NNZ,), "float32")
+        chunk_rows, chunk_start, chunk_end = _row_ranges(Q, crow_h, clo_h, chi_h)
+        indices, data = _nonzeros(NNZ, indices_h, data_h)
         pos = T.match_buffer(pos_h, (NNZ,), "int32")
-        X = T.match_buffer(x_h, (M, nvec * V), "float32")
-        Y = T.match_buffer(y_h, (K, nvec * V), "float32")
+        X, Y = _dense(x_h, M, nvec, V), _dense(y_h, K, nvec, V)
         O = T.match_buffer(o_h, (NO,), "float32")
         if q > 0:
             for bx in bind((q + I - 1) // I, "blockIdx.x"):
