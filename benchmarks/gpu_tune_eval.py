@@ -48,6 +48,12 @@ SPLIT_FILE = "split.json"
 TOP_K = 5
 
 
+def default_searches() -> list[str]:
+    """Every search strategy, `tune`'s default first."""
+    default = search_strategies.DEFAULT_STRATEGY
+    return [default] + sorted(set(search_strategies.STRATEGIES) - {default})
+
+
 def rows_of(searches: Sequence[str]) -> list[tuple[str, str]]:
     """(summary key, title) of each reported number, in table order."""
     per_search = [row for s in searches for row in ((f"tune_{s}", f"tune ({s})"),
@@ -160,8 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pretrained-root", type=Path, default=None)
     parser.add_argument("--random-draws", type=int, default=200)
     parser.add_argument("--searches", nargs="+", choices=sorted(search_strategies.STRATEGIES),
-                        default=[search_strategies.DEFAULT_STRATEGY]
-                        + sorted(set(search_strategies.STRATEGIES) - {search_strategies.DEFAULT_STRATEGY}),
+                        default=default_searches(),
                         help="search strategies `tune` runs with, side by side (default: all, the default first)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
