@@ -1,7 +1,8 @@
 """CPU -> GPU transfer on recorded GPU sweeps, at the paper's protocol scaled to a few dozen matrices.
 
-    python benchmarks/gpu_transfer.py --data 'data/gpu_h200_{op}' --cpu-data 'data/cpu_{op}_1t_znver3' \\
-        --cpu-corpus synthetic:300:2026 --out docs/results/gpu_transfer [--seeds 0 1 2 3 4] [--ship DIR]
+    python benchmarks/gpu_transfer.py --data 'data/gpu_h200_wide_{op}' --pool-data 'data/gpu_h200_{op}' \\
+        --cpu-data 'data/cpu_{op}_1t_znver3' --cpu-corpus synthetic:300:2026 --out docs/results/gpu_model \\
+        [--seeds 0 1 2 3 4] [--ks 3 5 7 27] [--ship --ship-k 27]   (docs/gpu.md has the shipped models' command)
 
 Target data: an imported sweep dataset per op (`cognate_tvm.sweeps`: every config of the
 GPU space timed on each matrix, the matrices rebuilt from their generator arguments).

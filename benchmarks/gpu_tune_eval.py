@@ -1,22 +1,24 @@
 """`tune` with the shipped GPU models, offline, on recorded sweeps of matrices they never saw.
 
-    python benchmarks/gpu_tune_eval.py --data 'data/gpu_h200_{op}' --out docs/results/gpu_transfer
-        [--ops spmm sddmm] [--pretrained-root DIR] [--random-draws 200]
+    python benchmarks/gpu_tune_eval.py --data 'data/gpu_h200_wide_{op}' --out docs/results/gpu_model
+        [--ops spmm sddmm] [--searches adaptive oneshot] [--pretrained-root DIR] [--random-draws 200]
 
 For each op, the shipped model (`load_pretrained(op, "gpu")`) and the matrices of the sweep
 dataset that are neither its training nor its validation matrices (the ``split.json``
 beside the model): the real `tuner.tune` runs on a `ReplayBackend` of the sweep (every
-config's recorded time) with its defaults, whatever its search strategy; it chooses the
-fastest config it measured. Each number is a geomean over the held-out matrices of the
-swept best time / the time of:
+config's recorded time) with its defaults, once per search strategy of ``--searches``
+(`cognate_tvm.search`; the first is `tune`'s default); it chooses the fastest config it
+measured. Each number is a geomean over the held-out matrices of the swept best time / the
+time of:
 
-- ``model top-1``: the model's first-ranked config;
-- ``tune``: the config `tune` chose (with the mean number of configs it measured);
+- ``model top-1`` / ``model top-5``: the model's first-ranked config / the fastest of its first five;
+- ``tune (<search>)``: the config `tune` chose with that search strategy (with the mean number of
+  configs it measured, the baseline included);
+- ``random, same measurements (<search>)``: the fastest of the baseline and as many random others
+  as `tune` measured beyond it on that matrix; ``random-48``: of the baseline and 47 others
+  (each the mean over ``--random-draws`` seeded draws);
 - ``best fixed config``: the first of the model's best fixed configs (chosen on its training
   and validation matrices), alone;
-- ``random, same measurements``: the fastest of the baseline and as many random others as
-  `tune` measured beyond it on that matrix; ``random-48``: of the baseline and 47 others
-  (each the mean over ``--random-draws`` seeded draws);
 - ``oracle``: the swept best (1 by definition).
 
 Writes ``gpu_tune_eval.json``, ``gpu_tune_eval.md`` and ``gpu_tune_eval.png`` under ``--out``.
@@ -32,6 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
+from cognate_tvm import search as search_strategies
 from cognate_tvm import tuner
 from cognate_tvm.backends.replay import ReplayBackend
 from cognate_tvm.data import load_frame
@@ -42,8 +45,21 @@ from cognate_tvm.sweeps import load_sweep_groups
 
 PLATFORM = "gpu"
 SPLIT_FILE = "split.json"
-ROWS = (("top1", "model top-1"), ("tune", "tune"), ("fixed", "best fixed config"),
-        ("random_same", "random, same measurements"), ("random48", "random-48 (baseline + 47)"), ("oracle", "oracle"))
+TOP_K = 5
+
+
+def default_searches() -> list[str]:
+    """Every search strategy, `tune`'s default first."""
+    default = search_strategies.DEFAULT_STRATEGY
+    return [default] + sorted(set(search_strategies.STRATEGIES) - {default})
+
+
+def rows_of(searches: Sequence[str]) -> list[tuple[str, str]]:
+    """(summary key, title) of each reported number, in table order."""
+    per_search = [row for s in searches for row in ((f"tune_{s}", f"tune ({s})"),
+                                                   (f"random_same_{s}", f"random, same measurements ({s})"))]
+    return ([("top1", "model top-1"), ("top5", f"model top-{TOP_K}")] + per_search
+            + [("random48", "random-48 (baseline + 47)"), ("fixed", "best fixed config"), ("oracle", "oracle")])
 
 
 def random_best(times: np.ndarray, baseline: int, count: int, draws: int, seed: int) -> float:
@@ -56,7 +72,8 @@ def random_best(times: np.ndarray, baseline: int, count: int, draws: int, seed: 
     return float(np.mean(best / np.array(picks)))
 
 
-def evaluate_op(op: str, data: str, root: Path, draws: int) -> dict:
+def evaluate_op(op: str, data: str, root: Path, draws: int,
+                searches: Sequence[str] = (search_strategies.DEFAULT_STRATEGY,)) -> dict:
     """Per-matrix fractions of the swept best and their geomeans, on the held-out matrices."""
     space = create_space(PLATFORM, op)
     model_dir = pretrained_path(op, PLATFORM, root=root)
@@ -71,36 +88,47 @@ def evaluate_op(op: str, data: str, root: Path, draws: int) -> dict:
     for n, g in enumerate(groups):
         times = {c: float(t) for c, t in zip(g.configs, g.times_ms)}
         best = min(times.values())
-        tuned = tuner.tune(op, g.matrix, backend=backend, feat=g.feat, pretrained_root=root, name=g.name)
-        top1 = model.rank(g.matrix, space.candidates(None), space=space, feat=g.feat)[0]
+        ranked = model.rank(g.matrix, space.candidates(None), space=space, feat=g.feat)
         array = np.array([times[c] for c in g.configs])
-        measured = len({m.config for m in tuned.measured})
-        rows.append({"matrix": g.name, "nnz": int(g.matrix.nnz), "best_ms": best,
-                     "top1": best / times[top1], "tune": best / times[tuned.chosen.config],
-                     "measured": measured, "fixed": best / times[fixed],
-                     "random_same": random_best(array, g.configs.index(baseline), measured - 1, draws, n),
-                     "random48": random_best(array, g.configs.index(baseline), 47, draws, n), "oracle": 1.0,
-                     "chosen": tuned.chosen.config.to_dict(), "notes": tuned.notes})
-        logging.info("%s %s: top-1 %.3f tune %.3f (%d measured) fixed %.3f", op, g.name, rows[-1]["top1"],
-                     rows[-1]["tune"], measured, rows[-1]["fixed"])
-    summary = {key: geomean([r[key] for r in rows]) for key, _ in ROWS}
-    summary["min_tune"] = float(min(r["tune"] for r in rows))
-    summary["mean_measured"] = float(np.mean([r["measured"] for r in rows]))
+        row = {"matrix": g.name, "nnz": int(g.matrix.nnz), "best_ms": best, "top1": best / times[ranked[0]],
+               "top5": best / min(times[c] for c in ranked[:TOP_K]), "fixed": best / times[fixed],
+               "random48": random_best(array, g.configs.index(baseline), 47, draws, n), "oracle": 1.0}
+        for s in searches:
+            tuned = tuner.tune(op, g.matrix, backend=backend, feat=g.feat, pretrained_root=root, name=g.name,
+                               search=s)
+            measured = len({m.config for m in tuned.measured})
+            row.update({f"tune_{s}": best / times[tuned.chosen.config], f"measured_{s}": measured,
+                        f"random_same_{s}": random_best(array, g.configs.index(baseline), measured - 1, draws, n),
+                        f"chosen_{s}": tuned.chosen.config.to_dict(), f"notes_{s}": tuned.notes})
+        rows.append(row)
+        logging.info("%s %s: top-1 %.3f %s fixed %.3f", op, g.name, row["top1"],
+                     " ".join(f"tune ({s}) {row[f'tune_{s}']:.3f} ({row[f'measured_{s}']} measured)"
+                              for s in searches), row["fixed"])
+    summary = {key: geomean([r[key] for r in rows]) for key, _ in rows_of(searches)}
+    for s in searches:
+        summary[f"min_tune_{s}"] = float(min(r[f"tune_{s}"] for r in rows))
+        summary[f"mean_measured_{s}"] = float(np.mean([r[f"measured_{s}"] for r in rows]))
     return {"op": op, "model": str(model_dir), "held_out": len(rows), "fixed_config": fixed.to_dict(),
-            "summary": summary, "rows": rows}
+            "searches": list(searches), "summary": summary, "rows": rows}
 
 
 def markdown(results: Sequence[dict], command: str) -> str:
+    """One row per op and reported number: the geomean, and for `tune` the configs it measured and
+    its worst matrix."""
     lines = ["# `tune` with the shipped GPU models on held-out H200 sweeps (replayed)", "", f"`{command}`", "",
              "Geomean over the held-out matrices of (swept best time / the time of the config); "
-             "`tune` runs with its defaults on a backend that replays the recorded sweep.", "",
-             "| op | held-out matrices | configs `tune` measured (mean) | "
-             + " | ".join(title for _, title in ROWS) + " | worst tune |",
-             "|---|---|---|" + "---|" * (len(ROWS) + 1)]
+             "`tune` runs with its defaults but the search strategy on a backend that replays the recorded "
+             "sweep; configs measured count the baseline.", "",
+             "| op | held-out matrices | method | configs measured (mean) | / swept best | worst matrix |",
+             "|---|---|---|---|---|---|"]
     for r in results:
         s = r["summary"]
-        lines.append(f"| {r['op']} | {r['held_out']} | {s['mean_measured']:.1f} | "
-                     + " | ".join(f"{s[k]:.3f}" for k, _ in ROWS) + f" | {s['min_tune']:.3f} |")
+        for key, title in rows_of(r["searches"]):
+            search = key.rsplit("_", 1)[-1] if key.startswith(("tune_", "random_same_")) else None
+            count = {"top1": "0", "top5": "0", "fixed": "0", "random48": "48", "oracle": "all"}.get(
+                key, f"{s.get(f'mean_measured_{search}', float('nan')):.1f}")
+            worst = f"{s[f'min_tune_{search}']:.3f}" if key.startswith("tune_") else ""
+            lines.append(f"| {r['op']} | {r['held_out']} | {title} | {count} | {s[key]:.3f} | {worst} |")
     return "\n".join(lines) + "\n"
 
 
@@ -111,15 +139,16 @@ def plot(results: Sequence[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 3.6))
+    rows = rows_of(results[0]["searches"])
+    fig, ax = plt.subplots(figsize=(9, 3.8))
     width = 0.8 / len(results)
-    x = np.arange(len(ROWS))
+    x = np.arange(len(rows))
     for n, r in enumerate(results):
-        values = [r["summary"][key] for key, _ in ROWS]
+        values = [r["summary"][key] for key, _ in rows]
         bars = ax.bar(x + (n - (len(results) - 1) / 2) * width, values, width, label=f"{r['op']} ({r['held_out']} "
                       "held-out matrices)")
         ax.bar_label(bars, fmt="%.2f", fontsize=7)
-    ax.set_xticks(x, [title for _, title in ROWS], rotation=20, ha="right", fontsize=8)
+    ax.set_xticks(x, [title for _, title in rows], rotation=20, ha="right", fontsize=8)
     ax.set_ylim(0, 1.1)
     ax.set_ylabel("swept best / time (geomean)")
     ax.set_title("tune with the shipped GPU models on held-out sweeps (replayed)")
@@ -136,10 +165,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ops", nargs="+", choices=("spmm", "sddmm"), default=["spmm", "sddmm"])
     parser.add_argument("--pretrained-root", type=Path, default=None)
     parser.add_argument("--random-draws", type=int, default=200)
+    parser.add_argument("--searches", nargs="+", choices=sorted(search_strategies.STRATEGIES),
+                        default=default_searches(),
+                        help="search strategies `tune` runs with, side by side (default: all, the default first)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     root = args.pretrained_root or PRETRAINED_DIR
-    results = [evaluate_op(op, str(args.data).format(op=op), root, args.random_draws) for op in args.ops]
+    results = [evaluate_op(op, str(args.data).format(op=op), root, args.random_draws, args.searches)
+               for op in args.ops]
     command = "python benchmarks/gpu_tune_eval.py " + " ".join(sys.argv[1:] if argv is None else argv)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu_tune_eval.json").write_text(json.dumps({"command": command, "results": results}, indent=1))
