@@ -107,3 +107,13 @@ def test_realistic_corpus_and_spec_leave_the_synthetic_corpus_as_it_was():
         generate_realistic("mesh", 100, seed=0)
     with pytest.raises(ValueError, match="rows must be in"):
         generate_realistic("community", 4, seed=0)
+
+
+def test_a_spec_with_its_row_range_names_the_same_matrices_whatever_the_callers_range():
+    ranged = load_corpus("realistic:5:7:600-900", min_rows=1000, max_rows=1_000_000)
+    assert [e.name for e in ranged] == [e.name for e in realistic_corpus(5, seed=7, min_rows=600, max_rows=900)]
+    assert all(600 <= e.rows <= 900 for e in ranged)
+    assert [e.name for e in load_corpus("synthetic:4:1:600-900")] == \
+        [e.name for e in generate_corpus(4, seed=1, min_rows=600, max_rows=900)]
+    with pytest.raises(CorpusSpecError, match="MIN-MAX"):
+        load_corpus("realistic:5:7:900")
