@@ -18,6 +18,8 @@ and `rows` sets the size within a factor of about 1.5 (meshes come in whole cell
 """
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -103,6 +105,9 @@ def _assemble(rows: int, rng: np.random.Generator, vector: bool) -> sp.csr_matri
     from skfem.models.elasticity import lame_parameters, linear_elasticity
     from skfem.models.poisson import laplace
 
+    quiet = logging.getLogger("skfem")
+    if quiet.level == logging.NOTSET:  # scikit-fem logs every basis and assembly at INFO; a corpus builds hundreds
+        quiet.setLevel(logging.WARNING)
     dims = int(rng.choice([2, 3]))
     choices = (_VECTOR if vector else _SCALAR)[dims]
     shape, order, per_vertex = choices[int(rng.integers(len(choices)))]
