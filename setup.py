@@ -91,6 +91,7 @@ INSTALL_REQUIRES = [
     "pyarrow>=16",  # the first pyarrow built for numpy 2
     "tqdm>=4.64,<5",
     "pyamg>=5.2,<6",  # stencil and Poisson generators; 5.0 imports pkg_resources, 5.1 np.deprecate
+    "scikit-fem>=12,<13",  # finite-element assembly of the realistic corpus's stiffness matrices
     # The XGBoost ranking baseline. `xgboost-cpu` is the same `import xgboost` without
     # the 469 MB NCCL dependency; it ships wheels for Linux and Windows only.
     "xgboost-cpu>=2.1.1,<4; platform_system == 'Linux' or platform_system == 'Windows'",

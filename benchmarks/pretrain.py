@@ -67,7 +67,8 @@ def load_groups(args, space):
     frame = frame[(frame["op"] == args.op) & (frame["platform"] == space.platform)]
     if frame.empty:
         raise SystemExit(f"error: {' '.join(map(str, args.data))} holds no {args.op}/{space.platform} measurements")
-    corpus = {e.name: e for e in load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows)}
+    corpus = {e.name: e for spec in args.corpus
+              for e in load_corpus(spec, min_rows=args.min_rows, max_rows=args.max_rows)}
     groups = [g for g in groups_from_frame(frame, space=space, matrices=corpus) if len(g.configs) >= 2]
     return frame, groups
 
@@ -100,13 +101,17 @@ def fit_cognate(train, val, space, args, init: CognateCostModel | None) -> Cogna
     return model.fit(train, space=space, val_groups=val)
 
 
-def evaluate_all(models: dict, test, space) -> dict:
-    """metrics[method] over all test groups and per dense width."""
+def evaluate_all(models: dict, test, space, corpora: dict[str, set[str]] | None = None) -> dict:
+    """metrics[method] over all test groups, per dense width and (several corpora) per corpus spec."""
     out = {}
     for name, model in models.items():
         row = {"all": evaluate(model, test, space=space, k=5)}
         for feat in sorted({g.feat for g in test}):
             row[f"N={feat}"] = evaluate(model, [g for g in test if g.feat == feat], space=space, k=5)
+        for spec, names in (corpora or {}).items():
+            groups = [g for g in test if g.name in names]
+            if groups and len(corpora) > 1:
+                row[spec] = evaluate(model, groups, space=space, k=5)
         out[name] = row
     return out
 
@@ -181,9 +186,9 @@ def card_text(args, frame, split, results, model, seconds, platform: str) -> str
         f"Platform: cpu (`llvm`, TVM-compiled TensorIR kernels, timed on {threads} thread(s)); shipped as\n"
         f"  `{args.op}-{platform}`, which `tune` loads for kernels on that many threads. Format: "
         "`CognateCostModel.save`.",
-        f"Data: {frame['matrix'].nunique()} generated matrices (corpus `{args.corpus}`, {args.min_rows}-"
-        f"{args.max_rows}\n  rows, all families), {len(frame)} measurements ({int(frame['time_ms'].isna().sum())} "
-        f"failed), dense widths\n  {feats}; measured with `python -m cognate_tvm.collect` (docs/pretraining.md).",
+        f"Data: {frame['matrix'].nunique()} generated matrices (corpus `{' + '.join(args.corpus)}`, "
+        f"{args.min_rows}-{args.max_rows}\n  rows unless the spec says, all families), {len(frame)} measurements "
+        f"({int(frame['time_ms'].isna().sum())} failed), dense widths\n  {feats}; measured with `python -m cognate_tvm.collect` (docs/pretraining.md).",
         f"Split by matrix (seed {args.split_seed}): {len(split[0])} train / {len(split[1])} validation / "
         f"{len(split[2])} test.",
         f"Training: {start}{loss}, featurizer trained end to end, {args.epochs} epochs max,\n"
@@ -201,7 +206,9 @@ def main(argv=None) -> int:
     parser.add_argument("--op", required=True, choices=("spmm", "sddmm"))
     parser.add_argument("--data", required=True, nargs="+",
                         help="dataset directories from cognate_tvm.collect (e.g. one per dense width)")
-    parser.add_argument("--corpus", required=True, help="the corpus spec all the data was collected on")
+    parser.add_argument("--corpus", required=True, nargs="+",
+                        help="the corpus specs the data was collected on (each split on its own, so a matrix "
+                             "keeps its part whatever corpora train beside it)")
     parser.add_argument("--min-rows", type=int, default=1000)
     parser.add_argument("--max-rows", type=int, default=1_000_000)
     parser.add_argument("--epochs", type=int, default=30)
@@ -227,8 +234,10 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     space = create_space("cpu", args.op)
     frame, groups = load_groups(args, space)
-    corpus_names = [e.name for e in load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows)]
-    split = split_by_matrix(corpus_names, seed=args.split_seed)
+    corpora = {spec: [e.name for e in load_corpus(spec, min_rows=args.min_rows, max_rows=args.max_rows)]
+               for spec in args.corpus}
+    parts = [split_by_matrix(names, seed=args.split_seed) for names in corpora.values()]
+    split = tuple([name for part in parts for name in part[n]] for n in range(3))
     train, val, test = (select(groups, names) for names in split)
     present = {g.name for g in groups}
     split = tuple([name for name in part if name in present] for part in split)
@@ -246,8 +255,9 @@ def main(argv=None) -> int:
     seconds = time.perf_counter() - start
     others = {name: baselines.create(name, seed=args.seed).fit(train, space=space) for name in METHODS[1:]}
     methods = {"cognate": model, **({"init": init} if init is not None else {}), **others}
-    results = evaluate_all(methods, test, space)
-    results_val = evaluate_all(methods, val, space)
+    by_corpus = {spec: set(names) for spec, names in corpora.items()}
+    results = evaluate_all(methods, test, space, by_corpus)
+    results_val = evaluate_all(methods, val, space, by_corpus)
     ship = args.ship or pretrained_path(args.op, platform)
     model.save(ship)
     (ship / CARD_FILE).write_text(card_text(args, frame, split, results, model, seconds, platform))

@@ -116,7 +116,8 @@ def expected_random(times: np.ndarray, baseline_ms: float, k: int, draws: int, r
 def evaluate(args) -> dict:
     backend, matrices, tables = (gpu_workload if args.gpu_sweep else cpu_workload)(args)
     platform_space = spaces.create(backend.platform, args.op)
-    model, source, notes = tuner.load_shipped_model(args.op, backend.platform, threads=backend.kernel_threads())
+    model, source, notes = tuner.load_shipped_model(args.op, backend.platform, threads=backend.kernel_threads(),
+                                                    root=args.pretrained_dir)
     feat = next(iter(backend.recorded))[2]
     strategies = [("oneshot", "oneshot"), ("adaptive", "adaptive")] + [variant(v) for v in args.variant]
     rows = []
@@ -250,6 +251,8 @@ def main(argv=None) -> int:
                         help="tune's --diversity for every tune run (default: the platform's)")
     parser.add_argument("--draws", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pretrained-dir", type=Path, default=None,
+                        help="a folder of models laid out as the package's pretrained/ (default: the shipped ones)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -1,10 +1,14 @@
 """Corpus specs: which matrices a collection or an experiment runs on.
 
-A spec is ``synthetic:N[:SEED]`` (N generated matrices from every family,
-log-uniform sizes, see `generate_corpus`), ``realistic:N[:SEED]`` (the same from
-the families of `realistic`: FEM-like block rows, community graphs, dense rows)
-or a directory of matrix files (.mtx, .npz, edge lists ``.edges``/``.txt``/``.el``),
-read lazily.
+A spec is ``synthetic:N[:SEED[:MIN-MAX]]`` (N generated matrices from every
+family, log-uniform sizes, see `generate_corpus`), ``realistic:N[:SEED[:MIN-MAX]]``
+(the same from the families of `realistic`: FEM-like block rows, community graphs,
+dense rows, scikit-fem stiffness matrices, import-graph pieces) or a directory of
+matrix files (.mtx, .npz, edge lists ``.edges``/``.txt``/``.el``), read lazily.
+``MIN-MAX`` fixes the corpus's row range in the spec itself (names hold the
+sizes, so a spec that keeps its range names the same matrices wherever it is
+read, e.g. beside a corpus of another range in one training run); without it the
+caller's ``min_rows`` / ``max_rows`` apply.
 """
 from __future__ import annotations
 
@@ -21,11 +25,12 @@ from .io import load_matrix
 from .realistic import RealisticEntry, realistic_corpus
 
 MATRIX_SUFFIXES = (".mtx", ".npz", ".edges", ".el", ".txt")
-_SYNTHETIC = re.compile(r"^(synthetic|realistic):(\d+)(?::(\d+))?$")
+_SYNTHETIC = re.compile(r"^(synthetic|realistic):(\d+)(?::(\d+)(?::(\d+)-(\d+))?)?$")
 
 
 class CorpusSpecError(CognateError, ValueError):
-    """A corpus spec that is none of ``synthetic:N[:SEED]``, ``realistic:N[:SEED]`` or a directory of matrices."""
+    """A corpus spec that is none of ``synthetic:N[:SEED[:MIN-MAX]]``, ``realistic:N[:SEED[:MIN-MAX]]`` or a
+    directory of matrices."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,8 @@ def load_corpus(spec: str | os.PathLike, *, min_rows: int = 1000, max_rows: int 
     match = _SYNTHETIC.match(text)
     if match:
         kind, count, seed = match.group(1), int(match.group(2)), int(match.group(3) or 0)
+        if match.group(4) is not None:
+            min_rows, max_rows = int(match.group(4)), int(match.group(5))
         if count < 1:
             raise CorpusSpecError(f"corpus {text!r}: N must be >= 1")
         if not 1 <= min_rows <= max_rows:
@@ -54,7 +61,8 @@ def load_corpus(spec: str | os.PathLike, *, min_rows: int = 1000, max_rows: int 
         return make(count, seed=seed, min_rows=min_rows, max_rows=max_rows)
     if text.startswith(("synthetic", "realistic")):
         kind = text.split(":")[0]
-        raise CorpusSpecError(f"corpus {text!r}: expected '{kind}:N' or '{kind}:N:SEED' with integers")
+        raise CorpusSpecError(f"corpus {text!r}: expected '{kind}:N', '{kind}:N:SEED' or '{kind}:N:SEED:MIN-MAX' "
+                              "with integers")
     path = Path(text)
     if not path.is_dir():
         raise CorpusSpecError(f"corpus {text!r} is neither 'synthetic:N[:SEED]' nor an existing directory")

@@ -12,9 +12,14 @@ uniform); matrices met in practice add structure they do not have:
   degrees, most edges inside a community (software, social and gene networks);
 - ``dense_rows``: a sparse base (banded or uniform) plus a few rows and columns
   that touch a large share of the columns (constraints, hub nodes), holding
-  together at most as many nonzeros as the base.
+  together at most as many nonzeros as the base;
+- ``fem_scalar`` and ``fem_elasticity``: stiffness matrices assembled with
+  scikit-fem (Lagrange elements of order 1-3 in 2-D and 3-D; vector elasticity,
+  whose rows come in blocks), see `fem`;
+- ``import_graph``: pieces of the import graph of the installed Python packages
+  (hub columns, package clusters), see `import_graph`.
 
-Each is deterministic by seed; `realistic_corpus` describes a corpus of them,
+Each is deterministic by seed (``import_graph`` given the installed packages); `realistic_corpus` describes a corpus of them,
 cycling through the families, as `generators.generate_corpus` does for its own.
 These families are separate from `generators.FAMILIES`, so the corpora built
 from those stay as they are.
@@ -28,7 +33,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import UnknownKindError
+from .fem import fem_elasticity, fem_scalar
 from .generators import MAX_ROWS, MIN_ROWS
+from .import_graph import import_graph_matrix
 from .io import as_csr
 
 
@@ -97,11 +104,15 @@ REALISTIC_FAMILIES: dict[str, Callable[[int, np.random.Generator], sp.spmatrix]]
     "fem_blocks": _fem_blocks,
     "community": _community,
     "dense_rows": _dense_rows,
+    "fem_scalar": fem_scalar,
+    "fem_elasticity": fem_elasticity,
+    "import_graph": import_graph_matrix,
 }
 
 
 def generate_realistic(family: str, rows: int, seed: int) -> sp.csr_matrix:
-    """One matrix of realistic `family` with about `rows` rows (block sizes round it), canonical CSR."""
+    """One matrix of realistic `family` with about `rows` rows (block sizes and meshes round it; an
+    ``import_graph`` piece is at most the whole graph), canonical CSR."""
     if family not in REALISTIC_FAMILIES:
         raise UnknownKindError("realistic matrix family", family, list(REALISTIC_FAMILIES))
     if not MIN_ROWS <= rows <= MAX_ROWS:
