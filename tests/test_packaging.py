@@ -147,7 +147,7 @@ def test_installed_package_holds_the_package_data():
                   for p in (SOURCE_PACKAGE / d).rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     matched = {p.relative_to(SOURCE_PACKAGE).as_posix() for pattern in patterns
                for p in SOURCE_PACKAGE.glob(pattern) if p.is_file()}
-    assert "sample_matrices/example_powerlaw.mtx" in data_files
+    assert "sample_matrices/example_powerlaw.mtx.gz" in data_files
     assert data_files <= matched, f"data files setup.py's package_data misses: {sorted(data_files - matched)}"
     installed = Path(cognate_tvm.__file__).resolve().parent
     absent = sorted(f for f in data_files if not (installed / f).is_file())

@@ -63,7 +63,7 @@ from .search import (DEFAULT_STRATEGY, SearchStrategy, fixed_candidates, measure
 
 log = logging.getLogger(__name__)
 
-EXAMPLE_MATRIX = Path(__file__).resolve().parent / "sample_matrices" / "example_powerlaw.mtx"
+EXAMPLE_MATRIX = Path(__file__).resolve().parent / "sample_matrices" / "example_powerlaw.mtx.gz"
 BATCH = 8                # configs per backend call: small enough for a live progress bar
 DEFAULT_TOP_K = 5        # configs measured from the model's ranking (the protocol's top-5, docs/transfer.md)
 DEFAULT_BUDGET = 0       # target measurements to fine-tune on before ranking
