@@ -296,6 +296,7 @@ def test_gradcheck_in_values_and_dense_operands(kernels, op):
         assert _gradcheck(lambda v, p, q: a.with_values(v.clone()).sddmm(p, q), (values, x, y))
 
 
+@pytest.mark.filterwarnings("ignore:Input #")
 def test_gradcheck_catches_a_wrong_gradient(baseline_kernels):
     """The check above can fail: a backward scaled by 1.01 is caught at these tolerances."""
     m = matrix()
