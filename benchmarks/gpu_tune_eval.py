@@ -30,7 +30,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from cognate_tvm.metrics import geomean
 from cognate_tvm.model.pretrained import PRETRAINED_DIR, load_pretrained, pretrained_path
 from cognate_tvm.space import create as create_space
 from cognate_tvm.sweeps import load_sweep_groups
+from common import figure
 
 PLATFORM = "gpu"
 SPLIT_FILE = "split.json"
@@ -54,12 +55,22 @@ def default_searches() -> list[str]:
     return [default] + sorted(set(search_strategies.STRATEGIES) - {default})
 
 
-def rows_of(searches: Sequence[str]) -> list[tuple[str, str]]:
-    """(summary key, title) of each reported number, in table order."""
-    per_search = [row for s in searches for row in ((f"tune_{s}", f"tune ({s})"),
-                                                   (f"random_same_{s}", f"random, same measurements ({s})"))]
-    return ([("top1", "model top-1"), ("top5", f"model top-{TOP_K}")] + per_search
-            + [("random48", "random-48 (baseline + 47)"), ("fixed", "best fixed config"), ("oracle", "oracle")])
+class Row(NamedTuple):
+    """One reported number: its summary key and title; `search` for the rows of one search strategy
+    (their measurement count is that strategy's mean), else `measured`, a fixed count."""
+    key: str
+    title: str
+    search: str | None = None
+    measured: str = ""
+
+
+def rows_of(searches: Sequence[str]) -> list[Row]:
+    """Each reported number, in table order."""
+    per_search = [row for s in searches for row in (Row(f"tune_{s}", f"tune ({s})", s),
+                                                   Row(f"random_same_{s}", f"random, same measurements ({s})", s))]
+    return ([Row("top1", "model top-1", measured="0"), Row("top5", f"model top-{TOP_K}", measured="0")] + per_search
+            + [Row("random48", "random-48 (baseline + 47)", measured="48"),
+               Row("fixed", "best fixed config", measured="0"), Row("oracle", "oracle", measured="all")])
 
 
 def random_best(times: np.ndarray, baseline: int, count: int, draws: int, seed: int) -> float:
@@ -104,7 +115,7 @@ def evaluate_op(op: str, data: str, root: Path, draws: int,
         logging.info("%s %s: top-1 %.3f %s fixed %.3f", op, g.name, row["top1"],
                      " ".join(f"tune ({s}) {row[f'tune_{s}']:.3f} ({row[f'measured_{s}']} measured)"
                               for s in searches), row["fixed"])
-    summary = {key: geomean([r[key] for r in rows]) for key, _ in rows_of(searches)}
+    summary = {row.key: geomean([r[row.key] for r in rows]) for row in rows_of(searches)}
     for s in searches:
         summary[f"min_tune_{s}"] = float(min(r[f"tune_{s}"] for r in rows))
         summary[f"mean_measured_{s}"] = float(np.mean([r[f"measured_{s}"] for r in rows]))
@@ -123,39 +134,29 @@ def markdown(results: Sequence[dict], command: str) -> str:
              "|---|---|---|---|---|---|"]
     for r in results:
         s = r["summary"]
-        for key, title in rows_of(r["searches"]):
-            search = key.rsplit("_", 1)[-1] if key.startswith(("tune_", "random_same_")) else None
-            count = {"top1": "0", "top5": "0", "fixed": "0", "random48": "48", "oracle": "all"}.get(
-                key, f"{s.get(f'mean_measured_{search}', float('nan')):.1f}")
-            worst = f"{s[f'min_tune_{search}']:.3f}" if key.startswith("tune_") else ""
-            lines.append(f"| {r['op']} | {r['held_out']} | {title} | {count} | {s[key]:.3f} | {worst} |")
+        for row in rows_of(r["searches"]):
+            count = row.measured or f"{s[f'mean_measured_{row.search}']:.1f}"
+            worst = f"{s[f'min_tune_{row.search}']:.3f}" if row.key == f"tune_{row.search}" else ""
+            lines.append(f"| {r['op']} | {r['held_out']} | {row.title} | {count} | {s[row.key]:.3f} | {worst} |")
     return "\n".join(lines) + "\n"
 
 
 def plot(results: Sequence[dict], path: Path) -> None:
-    """Each row's geomean fraction of the swept best, per op, the goals' lines drawn."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Each row's geomean fraction of the swept best, a bar per op."""
     rows = rows_of(results[0]["searches"])
-    fig, ax = plt.subplots(figsize=(9, 3.8))
     width = 0.8 / len(results)
     x = np.arange(len(rows))
-    for n, r in enumerate(results):
-        values = [r["summary"][key] for key, _ in rows]
-        bars = ax.bar(x + (n - (len(results) - 1) / 2) * width, values, width, label=f"{r['op']} ({r['held_out']} "
-                      "held-out matrices)")
-        ax.bar_label(bars, fmt="%.2f", fontsize=7)
-    ax.set_xticks(x, [title for _, title in rows], rotation=20, ha="right", fontsize=8)
-    ax.set_ylim(0, 1.1)
-    ax.set_ylabel("swept best / time (geomean)")
-    ax.set_title("tune with the shipped GPU models on held-out sweeps (replayed)")
-    ax.legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, figsize=(9, 3.8), dpi=110) as (_, ax):
+        for n, r in enumerate(results):
+            values = [r["summary"][row.key] for row in rows]
+            bars = ax.bar(x + (n - (len(results) - 1) / 2) * width, values, width,
+                          label=f"{r['op']} ({r['held_out']} held-out matrices)")
+            ax.bar_label(bars, fmt="%.2f", fontsize=7)
+        ax.set_xticks(x, [row.title for row in rows], rotation=20, ha="right", fontsize=8)
+        ax.set_ylim(0, 1.1)
+        ax.set_ylabel("swept best / time (geomean)")
+        ax.set_title("tune with the shipped GPU models on held-out sweeps (replayed)")
+        ax.legend(fontsize=8, loc="lower left")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

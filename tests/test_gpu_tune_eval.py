@@ -16,7 +16,7 @@ def _load(name):
 
 def test_each_search_gets_its_tune_and_same_count_random_rows():
     evaluate = _load("gpu_tune_eval")
-    keys = [key for key, _ in evaluate.rows_of(["adaptive", "oneshot"])]
+    keys = [row.key for row in evaluate.rows_of(["adaptive", "oneshot"])]
     assert keys == ["top1", "top5", "tune_adaptive", "random_same_adaptive", "tune_oneshot", "random_same_oneshot",
                     "random48", "fixed", "oracle"]
     summary = {key: 0.5 + n / 100 for n, key in enumerate(keys)}

@@ -112,7 +112,7 @@ def import_graph_matrix(rows: int, rng: np.random.Generator) -> sp.csr_matrix:
     seen = np.zeros(n, dtype=bool)
     picked: list[int] = []
     # walk from random starts until enough modules are met (a start's component may be small)
-    while len(picked) < min(rows, n):
+    while len(picked) < rows:
         start = int(rng.choice(np.flatnonzero(~seen)))
         seen[start] = True
         queue = deque([start])
