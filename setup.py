@@ -120,7 +120,7 @@ setup(
     packages=find_packages("python"),
     # The bundled example matrices and the shipped cost models
     # (pretrained/<op>-<platform>/<file>, see cognate_tvm.model.pretrained).
-    package_data={"cognate_tvm": ["sample_matrices/*", "pretrained/*/*"]},
+    package_data={"cognate_tvm": ["sample_matrices/*", "pretrained/*/*", "matrix/import_graph.npz"]},
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,

@@ -58,10 +58,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from cognate_tvm import baselines, space, tuner
 from cognate_tvm.backends.base import measure_side_by_side, pick_checked
 from cognate_tvm.matrix import load_matrix
+from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.ops import get_op
 from cognate_tvm.search import DEFAULT_STRATEGY, STRATEGIES
 from common import add_matrix_arguments, eval_matrices, present_geomean, setup_logging
@@ -310,6 +312,15 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def chosen_matrices(args) -> dict:
+    """{name: matrix} to evaluate: --matrix-file, else --corpus, else the generated evaluation set."""
+    if args.matrix_file:
+        return {p.stem: load_matrix(p) for p in args.matrix_file}
+    if args.corpus:
+        return {entry.name: entry.build() for entry in tqdm(load_corpus(args.corpus), desc="building matrices")}
+    return dict(eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows, seed=EVAL_SEED))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--op", default="spmm", choices=["spmm", "sddmm"])
@@ -322,6 +333,9 @@ def main(argv=None) -> int:
                         help="tune's search strategy; the one-shot search is run beside it as well")
     parser.add_argument("--matrix-file", type=Path, action="append", default=[],
                         help="a matrix file (.mtx, .npz) to evaluate instead of generated ones (repeatable)")
+    parser.add_argument("--corpus", default=None,
+                        help="evaluate the matrices of this corpus instead: 'realistic:N:SEED:MIN-MAX', "
+                             "'synthetic:N:SEED:MIN-MAX' (a seed no training corpus used) or a folder of matrix files")
     parser.add_argument("--fixed", type=int, default=tuner.DEFAULT_FIXED,
                         help="of the top-k, the model's best fixed configs (tune's --fixed)")
     parser.add_argument("--diversity", type=int, default=None,
@@ -348,8 +362,7 @@ def main(argv=None) -> int:
     if results_path.is_file():
         done = {r["matrix"]: r for r in map(json.loads, results_path.read_text().splitlines()) if r}
     rows = []
-    matrices = ({p.stem: load_matrix(p) for p in args.matrix_file} if args.matrix_file else
-                dict(eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows, seed=EVAL_SEED)))
+    matrices = chosen_matrices(args)
     for name, matrix in matrices.items():
         if name in done:
             rows.append(done[name])

@@ -8,7 +8,7 @@ import pytest
 
 from cognate_tvm.data import (COLUMNS, collect, groups_from_frame, load_frame, matrix_hash, pick_across_sizes,
                               pick_diverse, select, split_by_matrix)
-from cognate_tvm.errors import ModelVersionError
+from cognate_tvm.errors import DatasetMismatchError, ModelVersionError
 from cognate_tvm.matrix import generate, generate_corpus
 from toy_space import FakeBackend, ToySpace, synthetic_time_ms
 
@@ -77,6 +77,10 @@ def test_groups_from_frame(tmp_path):
     assert [g.name for g in select(groups, ["m200"])] == ["m200"]
     with pytest.raises(KeyError, match="m100"):
         groups_from_frame(frame, space=space, matrices={"m150": mats["m150"]})
+    # timings of another matrix than the name builds now are refused, naming the matrix
+    changed = dict(mats, m150=generate("banded", 150, seed=7))
+    with pytest.raises(DatasetMismatchError, match="'m150'.*collect it again"):
+        groups_from_frame(frame, space=space, matrices=changed)
 
 
 def test_pick_across_sizes_takes_one_per_size_stratum():

@@ -16,6 +16,7 @@ import scipy.sparse as sp
 
 from cognate_tvm import space
 from cognate_tvm.matrix import generate, save_matrix
+from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.model import CognateCostModel
 from cognate_tvm.model.pretrained import pretrained_path
 from cognate_tvm.space.cpu import CPUSpace
@@ -369,3 +370,34 @@ def test_metaschedule_finetune_at_test_size(shipped, tmp_path):
     # a rerun measures nothing again (the dataset resumes) and ships the same data's model
     _run_benchmark("metaschedule_finetune.py", *args)
     assert len(load_frame(data)) == len(frame)
+
+
+def test_tune_eval_on_a_corpus_spec():
+    bench = _load_benchmark("tune_eval.py")
+    args = dataclasses.make_dataclass("Args", ["matrix_file", "corpus", "matrices", "min_rows", "max_rows"])
+    chosen = bench.chosen_matrices(args([], "realistic:2:5:300-400", 10, 2000, 60000))
+    # the corpus's own entries, built: one fem_blocks and one community matrix of 300-400 rows
+    assert list(chosen) == [e.name for e in load_corpus("realistic:2:5:300-400")]
+    assert all(sp.issparse(m) and 250 <= m.shape[0] <= 450 for m in chosen.values())
+    # without --corpus: the generated evaluation set, as before
+    generated = bench.chosen_matrices(args([], None, 2, 300, 400))
+    assert len(generated) == 2 and all(name.split("_")[-1].startswith("9000") for name in generated)
+
+
+def test_corpus_coverage(shipped, tmp_path):
+    out = tmp_path / "coverage"
+    run = _run_benchmark("corpus_coverage.py", "--model", "spmm-cpu", "--pretrained-dir", shipped,
+                         "--max-rows", 600, "--corpus", "ref=synthetic:8:1:300-500",
+                         "--corpus", "other=realistic:2:5:300-400", "--corpus", "big=synthetic:2:3:2000-3000",
+                         "--out", out)
+    result = json.loads((out / "coverage.json").read_text())
+    rows = result["rows"]
+    # the over-sized corpus is left out entirely; the others keep every matrix
+    assert [r["corpus"] for r in rows].count("ref") == 8 and [r["corpus"] for r in rows].count("other") == 2
+    assert "big" not in {r["corpus"] for r in rows}
+    ref = {r["matrix"] for r in rows if r["corpus"] == "ref"}
+    # nearest neighbours are reference matrices, never a reference matrix itself
+    assert all(r["nearest"] in ref and r["nearest"] != r["matrix"] and r["distance"] >= 0 for r in rows)
+    # distances are in units of the reference's median nearest-neighbour distance
+    assert np.median([r["distance"] for r in rows if r["corpus"] == "ref"]) == pytest.approx(1.0)
+    assert "| other | 2 |" in run.stdout and (out / "coverage.png").stat().st_size

@@ -8,7 +8,7 @@ from cognate_tvm.errors import UnknownKindError
 from cognate_tvm.matrix import FAMILIES, generate_corpus
 from cognate_tvm.matrix.corpus import CorpusSpecError, load_corpus
 from cognate_tvm.matrix.fem import fem_elasticity, fem_scalar
-from cognate_tvm.matrix.import_graph import python_import_graph
+from cognate_tvm.matrix.import_graph import load_snapshot, python_import_graph, write_snapshot
 from cognate_tvm.matrix.realistic import REALISTIC_FAMILIES, generate_realistic, realistic_corpus
 
 # meshes come in whole cells: a scikit-fem matrix's size is within this factor of the asked one
@@ -54,16 +54,40 @@ def test_fem_matrices_are_stiffness_matrices_of_several_elements():
     assert all(b % 2 == 0 or b % 3 == 0 for b in blocks)
 
 
-def test_import_graph_has_hub_columns_and_pieces_of_the_asked_size():
-    names, graph = python_import_graph()
-    assert graph.shape == (len(names), len(names)) and len(names) > 1000
+@pytest.mark.parametrize("source", ["this environment", "shipped snapshot"])
+def test_import_graph_has_hub_columns(source):
+    names, graph = python_import_graph() if source == "this environment" else load_snapshot()
+    assert graph.shape == (len(names), len(names)) and len(names) > 1000 and list(names) == sorted(names)
     assert {"numpy", "typing", "json", "json.decoder"} <= set(names)
     imported = np.asarray(graph.sum(axis=0)).ravel()
     assert imported[names.index("typing")] > 0.05 * len(names)  # a hub column
     # json/__init__.py: `from .decoder import ...`, a relative import, resolved
     assert graph[names.index("json"), names.index("json.decoder")] == 1
+
+
+def test_import_graph_pieces_come_from_the_snapshot_whatever_is_installed(monkeypatch):
     piece = generate_realistic("import_graph", 5000, seed=1)
     assert piece.shape == (5000, 5000) and np.all(piece.diagonal() == 1)
+    # the environment's own graph is never read for a piece: a different installation builds the same
+    def no_scan(*_):
+        raise AssertionError("the running environment was scanned")
+    monkeypatch.setattr("cognate_tvm.matrix.import_graph.python_import_graph", no_scan)
+    assert (generate_realistic("import_graph", 5000, seed=1) != piece).nnz == 0
+
+
+def test_import_graph_snapshot_round_trip(tmp_path):
+    root = tmp_path / "root"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("from .core import run\nimport json\n")
+    (root / "pkg" / "core.py").write_text("import os, json.decoder\nfrom . import util\n")
+    (root / "pkg" / "util.py").write_text("")
+    path = write_snapshot(tmp_path / "graph.npz", roots=(str(root),))
+    names, graph = load_snapshot(path)
+    # json.decoder is no module under the root: its import points at json; `from . import util` at pkg
+    assert names == ("json", "os", "pkg", "pkg.core", "pkg.util")
+    edges = {(names[i], names[j]) for i, j in zip(*graph.nonzero())}
+    assert edges == {("pkg", "pkg.core"), ("pkg", "json"), ("pkg.core", "os"), ("pkg.core", "json"),
+                     ("pkg.core", "pkg")}
 
 
 def _row(m, i):

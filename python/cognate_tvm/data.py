@@ -40,7 +40,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from . import __version__
-from .errors import ModelVersionError, ShapeError
+from .errors import DatasetMismatchError, ModelVersionError, ShapeError
 from .ops import Op, get_op
 from .space.base import Config, Space
 
@@ -177,6 +177,18 @@ def save_results(path: str | os.PathLike, backend, name: str, matrix: sp.csr_mat
 
 def _build(item) -> sp.csr_matrix:
     return item.build() if hasattr(item, "build") else item
+
+
+def _checked_build(name: str, item, recorded: pd.Series) -> sp.csr_matrix:
+    """The matrix `item` builds, checked against the pattern hash the dataset recorded for `name`."""
+    matrix = _build(item)
+    hashes = {h for h in recorded.dropna().unique() if h}
+    if hashes and matrix_hash(matrix) not in hashes:
+        raise DatasetMismatchError(
+            f"matrix {name!r} builds a pattern ({matrix.shape[0]}x{matrix.shape[1]}, {matrix.nnz} nonzeros, hash "
+            f"{matrix_hash(matrix)[:12]}) other than the one the dataset timed (hash {sorted(hashes)[0][:12]}): "
+            "the corpus changed since the data was collected; collect it again")
+    return matrix
 
 
 @dataclass(frozen=True)
@@ -327,15 +339,18 @@ def groups_from_frame(frame: pd.DataFrame, *, space: Space, matrices: Mapping[st
     """One Group per (matrix, feat) of `space`'s platform (and `op`), configs parsed by `space`.
 
     `matrices` maps matrix names to CSR matrices (or builders); a name missing from
-    it raises KeyError naming it.
+    it raises KeyError naming it, and a matrix whose pattern hash differs from the
+    dataset's (the timings were taken on another matrix) raises DatasetMismatchError.
     """
     frame = frame[frame["platform"] == space.platform]
     frame = frame[frame["op"] == (op or space.op.name)]
-    groups = []
+    groups, built = [], {}
     for (name, feat), part in frame.groupby(["matrix", "feat"], sort=True):
         if name not in matrices:
             raise KeyError(f"matrix {name!r} of the dataset is not in `matrices`")
-        group = Group(name=str(name), matrix=_build(matrices[name]), feat=int(feat),
+        if name not in built:
+            built[name] = _checked_build(name, matrices[name], part["matrix_hash"])
+        group = Group(name=str(name), matrix=built[name], feat=int(feat),
                       configs=tuple(space.config_from_json(c) for c in part["config"]),
                       times_ms=part["time_ms"].to_numpy(dtype=np.float64))
         groups.append(group.ok() if drop_failed else group)

@@ -71,3 +71,7 @@ class LayoutError(CognateError, ValueError):
 
 class IndexOutOfRangeError(CognateError, IndexError):
     """A sparse matrix index (column id, row pointer) outside the matrix's shape."""
+
+
+class DatasetMismatchError(CognateError, ValueError):
+    """A dataset's timings belong to a matrix other than the one its name builds now."""

@@ -16,10 +16,10 @@ uniform); matrices met in practice add structure they do not have:
 - ``fem_scalar`` and ``fem_elasticity``: stiffness matrices assembled with
   scikit-fem (Lagrange elements of order 1-3 in 2-D and 3-D; vector elasticity,
   whose rows come in blocks), see `fem`;
-- ``import_graph``: pieces of the import graph of the installed Python packages
-  (hub columns, package clusters), see `import_graph`.
+- ``import_graph``: pieces of the import graph of a Python environment's packages
+  (hub columns, package clusters), cut from the scan the package ships, see `import_graph`.
 
-Each is deterministic by seed (``import_graph`` given the installed packages); `realistic_corpus` describes a corpus of them,
+Each is deterministic by seed, on any machine; `realistic_corpus` describes a corpus of them,
 cycling through the families, as `generators.generate_corpus` does for its own.
 These families are separate from `generators.FAMILIES`, so the corpora built
 from those stay as they are.
