@@ -108,9 +108,9 @@ def evaluate_all(models: dict, test, space, corpora: dict[str, set[str]] | None 
         row = {"all": evaluate(model, test, space=space, k=5)}
         for feat in sorted({g.feat for g in test}):
             row[f"N={feat}"] = evaluate(model, [g for g in test if g.feat == feat], space=space, k=5)
-        for spec, names in (corpora or {}).items():
+        for spec, names in (corpora if corpora and len(corpora) > 1 else {}).items():
             groups = [g for g in test if g.name in names]
-            if groups and len(corpora) > 1:
+            if groups:
                 row[spec] = evaluate(model, groups, space=space, k=5)
         out[name] = row
     return out
@@ -169,7 +169,16 @@ def refresh_fixed(ship: Path, train, space, threads: int) -> int:
     return 0
 
 
-def card_text(args, frame, split, results, model, seconds, platform: str) -> str:
+def matrices_fact(frame, corpora: dict[str, set[str]]) -> str:
+    """How many matrices the data holds, and (several corpora) how many of each."""
+    names = set(frame["matrix"].unique())
+    if len(corpora) == 1:
+        return f"{len(names)} matrices"
+    return f"{len(names)} matrices, " + " and ".join(f"{len(names & members)} of `{spec}`"
+                                                      for spec, members in corpora.items())
+
+
+def card_text(args, frame, split, results, model, seconds, platform: str, corpora: dict[str, set[str]]) -> str:
     feats = sorted(int(f) for f in frame["feat"].unique())
     train = model.config.train
     metric = f"val_{train.select_metric}"
@@ -186,7 +195,7 @@ def card_text(args, frame, split, results, model, seconds, platform: str) -> str
         f"Platform: cpu (`llvm`, TVM-compiled TensorIR kernels, timed on {threads} thread(s)); shipped as\n"
         f"  `{args.op}-{platform}`, which `tune` loads for kernels on that many threads. Format: "
         "`CognateCostModel.save`.",
-        f"Data: {frame['matrix'].nunique()} generated matrices (corpus `{' + '.join(args.corpus)}`, "
+        f"Data: {matrices_fact(frame, corpora)} (corpus `{' + '.join(args.corpus)}`, "
         f"{args.min_rows}-{args.max_rows}\n  rows unless the spec says, all families), {len(frame)} measurements "
         f"({int(frame['time_ms'].isna().sum())} failed), dense widths\n  {feats}; measured with `python -m cognate_tvm.collect` (docs/pretraining.md).",
         f"Split by matrix (seed {args.split_seed}): {len(split[0])} train / {len(split[1])} validation / "
@@ -260,7 +269,7 @@ def main(argv=None) -> int:
     results_val = evaluate_all(methods, val, space, by_corpus)
     ship = args.ship or pretrained_path(args.op, platform)
     model.save(ship)
-    (ship / CARD_FILE).write_text(card_text(args, frame, split, results, model, seconds, platform))
+    (ship / CARD_FILE).write_text(card_text(args, frame, split, results, model, seconds, platform, by_corpus))
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"op": args.op, "split": {"train": split[0], "validation": split[1], "test": split[2]},
               "test": results, "validation": results_val, "history": model.history, "train_seconds": seconds,

@@ -45,6 +45,7 @@ the re-timed rows), ``summary.md`` (a markdown table) and ``tune_eval.png``.
 
     python benchmarks/tune_eval.py --out benchmarks/results/tune_eval                # full: 10 matrices, 2k-60k rows
     python benchmarks/tune_eval.py --matrix-file A.mtx --matrix-file B.npz --threads 2 --out OUT  # your matrices
+    python benchmarks/tune_eval.py --corpus realistic:6:77:30000-120000 --no-vendor --out OUT     # a corpus spec or folder
     python benchmarks/tune_eval.py --matrices 1 --min-rows 300 --max-rows 400 --random 4 --top-k 2 \\
         --feat 32 --out /tmp/tune_eval                                                 # test-sized
 """
@@ -317,7 +318,8 @@ def chosen_matrices(args) -> dict:
     if args.matrix_file:
         return {p.stem: load_matrix(p) for p in args.matrix_file}
     if args.corpus:
-        return {entry.name: entry.build() for entry in tqdm(load_corpus(args.corpus), desc="building matrices")}
+        entries = load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows)
+        return {entry.name: entry.build() for entry in tqdm(entries, desc="building matrices")}
     return dict(eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows, seed=EVAL_SEED))
 
 
@@ -334,8 +336,9 @@ def main(argv=None) -> int:
     parser.add_argument("--matrix-file", type=Path, action="append", default=[],
                         help="a matrix file (.mtx, .npz) to evaluate instead of generated ones (repeatable)")
     parser.add_argument("--corpus", default=None,
-                        help="evaluate the matrices of this corpus instead: 'realistic:N:SEED:MIN-MAX', "
-                             "'synthetic:N:SEED:MIN-MAX' (a seed no training corpus used) or a folder of matrix files")
+                        help="evaluate the matrices of this corpus instead: 'realistic:N:SEED[:MIN-MAX]', "
+                             "'synthetic:N:SEED[:MIN-MAX]' (a seed no training corpus used; without MIN-MAX, "
+                             "--min-rows/--max-rows) or a folder of matrix files")
     parser.add_argument("--fixed", type=int, default=tuner.DEFAULT_FIXED,
                         help="of the top-k, the model's best fixed configs (tune's --fixed)")
     parser.add_argument("--diversity", type=int, default=None,

@@ -379,6 +379,10 @@ def test_tune_eval_on_a_corpus_spec():
     # the corpus's own entries, built: one fem_blocks and one community matrix of 300-400 rows
     assert list(chosen) == [e.name for e in load_corpus("realistic:2:5:300-400")]
     assert all(sp.issparse(m) and 250 <= m.shape[0] <= 450 for m in chosen.values())
+    # a spec without its own row range takes --min-rows / --max-rows
+    ranged = bench.chosen_matrices(args([], "realistic:2:5", 10, 300, 400))
+    assert list(ranged) == [e.name for e in load_corpus("realistic:2:5", min_rows=300, max_rows=400)]
+    assert all(250 <= m.shape[0] <= 450 for m in ranged.values())
     # without --corpus: the generated evaluation set, as before
     generated = bench.chosen_matrices(args([], None, 2, 300, 400))
     assert len(generated) == 2 and all(name.split("_")[-1].startswith("9000") for name in generated)

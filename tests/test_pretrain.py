@@ -88,12 +88,39 @@ def test_pretrain_writes_model_card_report_and_plot(shipped):
     assert test["random"]["all"]["pair_accuracy"] < 0.58
     card = (shipped / "models" / "spmm-cpu" / "MODEL_CARD.md").read_text()
     assert "Rebuild: `python benchmarks/pretrain.py --op spmm" in card and "top-1 / best" in card
+    assert "Data: 12 matrices (corpus `synthetic:12:3`" in card
     assert (shipped / "out" / "pretrain_spmm.png").stat().st_size > 1000
     model = load_pretrained("spmm", "cpu", root=shipped / "models")
     assert available_pretrained(root=shipped / "models") == [("spmm", "cpu")]
     matrix = load_corpus("synthetic:2:9", min_rows=100, max_rows=300)[0].build()
     cpu = space.create("cpu", "spmm")
     assert np.all(np.isfinite(model.predict(matrix, cpu.sample(50, seed=0), space=cpu, feat=32)))
+
+
+def test_pretrain_on_two_corpora_splits_each_and_reports_each(shipped, tmp_path):
+    cpu = space.create("cpu", "spmm")
+    realistic = "realistic:6:5:300-400"
+    entries = load_corpus(realistic)
+    pool = cpu.sample_covering(100, seed=0)
+    collect(FakeBackend(cpu), "spmm", entries, {e.name: config_sample(cpu, 30, 0, e.name, pool) for e in entries},
+            tmp_path / "real", feat=32, progress=False)
+    argv = ["pretrain.py", "--op", "spmm", "--data", str(shipped / "data"), str(tmp_path / "real"),
+            "--corpus", "synthetic:12:3", realistic, "--min-rows", "100", "--max-rows", "400", "--epochs", "2",
+            "--init", str(shipped / "models" / "spmm-cpu"), "--ship", str(tmp_path / "both"),
+            "--out", str(tmp_path / "out"), "--quiet"]
+    run_pretrain(argv)
+    report = json.loads((tmp_path / "out" / "pretrain_spmm.json").read_text())
+    # each corpus is split on its own: the generated matrices keep the parts the one-corpus run gave them
+    alone = json.loads((shipped / "out" / "pretrain_spmm.json").read_text())["split"]
+    names = {e.name for e in entries}
+    for part in ("train", "validation", "test"):
+        assert [n for n in report["split"][part] if n not in names] == alone[part]
+    card = (tmp_path / "both" / "MODEL_CARD.md").read_text()
+    assert f"Data: 18 matrices, 12 of `synthetic:12:3` and 6 of `{realistic}`" in card
+    tested = {spec for spec in ("synthetic:12:3", realistic)
+              if any(n in report["split"]["test"] for n in ({e.name for e in load_corpus(spec, min_rows=100,
+                                                                                         max_rows=400)}))}
+    assert tested and tested <= set(report["test"]["cognate"])
 
 
 def test_locality_widens_the_init_model_and_ships_a_model_that_reads_the_profile(shipped, tmp_path):
