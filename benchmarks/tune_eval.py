@@ -46,6 +46,7 @@ the re-timed rows), ``summary.md`` (a markdown table) and ``tune_eval.png``.
     python benchmarks/tune_eval.py --out benchmarks/results/tune_eval                # full: 10 matrices, 2k-60k rows
     python benchmarks/tune_eval.py --matrix-file A.mtx --matrix-file B.npz --threads 2 --out OUT  # your matrices
     python benchmarks/tune_eval.py --corpus realistic:6:77:30000-120000 --no-vendor --out OUT     # a corpus spec or folder
+    python benchmarks/tune_eval.py --corpus realistic:90:2026:2000-30000 --split test --out OUT   # a corpus's test split
     python benchmarks/tune_eval.py --matrices 1 --min-rows 300 --max-rows 400 --random 4 --top-k 2 \\
         --feat 32 --out /tmp/tune_eval                                                 # test-sized
 """
@@ -63,6 +64,7 @@ from tqdm import tqdm
 
 from cognate_tvm import baselines, space, tuner
 from cognate_tvm.backends.base import measure_side_by_side, pick_checked
+from cognate_tvm.data import split_by_matrix
 from cognate_tvm.matrix import load_matrix
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.ops import get_op
@@ -70,6 +72,7 @@ from cognate_tvm.search import DEFAULT_STRATEGY, STRATEGIES
 from common import add_matrix_arguments, eval_matrices, present_geomean, setup_logging
 
 EVAL_SEED = 9_000_000
+SPLITS = ("train", "validation", "test")
 log = logging.getLogger("tune_eval")
 
 
@@ -319,6 +322,11 @@ def chosen_matrices(args) -> dict:
         return {p.stem: load_matrix(p) for p in args.matrix_file}
     if args.corpus:
         entries = load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows)
+        split = getattr(args, "split", "all")
+        if split != "all":
+            # the split pretrain.py makes of this corpus's names, so "test" is what no model trained on
+            kept = set(split_by_matrix([e.name for e in entries], seed=args.split_seed)[SPLITS.index(split)])
+            entries = [e for e in entries if e.name in kept]
         return {entry.name: entry.build() for entry in tqdm(entries, desc="building matrices")}
     return dict(eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows, seed=EVAL_SEED))
 
@@ -339,6 +347,10 @@ def main(argv=None) -> int:
                         help="evaluate the matrices of this corpus instead: 'realistic:N:SEED[:MIN-MAX]', "
                              "'synthetic:N:SEED[:MIN-MAX]' (a seed no training corpus used; without MIN-MAX, "
                              "--min-rows/--max-rows) or a folder of matrix files")
+    parser.add_argument("--split", choices=("all",) + SPLITS, default="all",
+                        help="with --corpus: only this part of the corpus's train / validation / test split "
+                             "(the one benchmarks/pretrain.py makes; default: every matrix)")
+    parser.add_argument("--split-seed", type=int, default=0, help="the split's seed (pretrain.py's --split-seed)")
     parser.add_argument("--fixed", type=int, default=tuner.DEFAULT_FIXED,
                         help="of the top-k, the model's best fixed configs (tune's --fixed)")
     parser.add_argument("--diversity", type=int, default=None,
@@ -356,6 +368,8 @@ def main(argv=None) -> int:
                         help="also sweep the space (whole on spade) and report picks as fractions of its best")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.split != "all" and (args.corpus is None or args.matrix_file):
+        parser.error("--split takes the matrices of --corpus (and no --matrix-file)")
     setup_logging()
     args.out.mkdir(parents=True, exist_ok=True)
     options = {"num_threads": args.threads} if args.threads and args.target == "llvm" else {}

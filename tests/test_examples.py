@@ -16,6 +16,7 @@ import scipy.sparse as sp
 
 from cognate_tvm import space
 from cognate_tvm.matrix import generate, save_matrix
+from cognate_tvm.data import split_by_matrix
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.model import CognateCostModel
 from cognate_tvm.model.pretrained import pretrained_path
@@ -383,6 +384,14 @@ def test_tune_eval_on_a_corpus_spec():
     ranged = bench.chosen_matrices(args([], "realistic:2:5", 10, 300, 400))
     assert list(ranged) == [e.name for e in load_corpus("realistic:2:5", min_rows=300, max_rows=400)]
     assert all(250 <= m.shape[0] <= 450 for m in ranged.values())
+    # --split: only that part of pretrain.py's split of the corpus's names
+    split_args = dataclasses.make_dataclass("SplitArgs", ["matrix_file", "corpus", "matrices", "min_rows",
+                                                          "max_rows", "split", "split_seed"])
+    names = [e.name for e in load_corpus("realistic:12:5:300-400")]
+    parts = [list(bench.chosen_matrices(split_args([], "realistic:12:5:300-400", 10, 300, 400, part, 0)))
+             for part in ("train", "validation", "test")]
+    assert [set(p) for p in parts] == [set(p) for p in split_by_matrix(names, seed=0)]
+    assert sorted(sum(parts, [])) == sorted(names) and all(parts)
     # without --corpus: the generated evaluation set, as before
     generated = bench.chosen_matrices(args([], None, 2, 300, 400))
     assert len(generated) == 2 and all(name.split("_")[-1].startswith("9000") for name in generated)

@@ -311,7 +311,8 @@ class CognateCostModel(RankingModel):
                 p.requires_grad_(False)
             model.net.set_encoder(name, encoder.eval())
         model.encoder_reports = {k: ReconstructionReport(**v) for k, v in meta["encoder_reports"].items()}
-        model.fixed = {k: list(v) for k, v in meta.get("fixed_configs", {}).items()}  # absent before 2026-12
+        # a model saved without the list has no best fixed configs
+        model.fixed = {k: list(v) for k, v in meta.get("fixed_configs", {}).items()}
         state = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
         model.net.load_state_dict(state)
         model.net.eval()
