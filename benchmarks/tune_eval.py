@@ -14,6 +14,9 @@ corpus of the project uses, so the shipped model never saw them):
   measured (run beside any other search);
 - tune, ranking only: the same with ``fixed=0`` (the model's top-k), to show
   what the best fixed config adds (run only when `--fixed` > 0);
+- tune --budget: `--beside-budget` (8) seeded random configs are measured first and
+  the model is fine-tuned on them before the same search (so 8 more measurements;
+  not run when tune itself has a `--budget`);
 - the training data's best fixed config alone (the model's first best fixed
   config among the candidates; no measurement of the matrix);
 - random: the baseline and `--random` (48) seeded random configs are measured,
@@ -25,7 +28,8 @@ again side by side in one call (outputs checked), in `--retime-rounds` (5)
 rounds with the order rotated, and every speedup below is the median over
 rounds of a pick's time over the same call's baseline time:
 
-- tune's choice, the one-shot's, tune's with the ranking only, the training data's best fixed config;
+- tune's choice, the one-shot's, tune's with the ranking only, tune --budget's, the training data's best
+  fixed config;
 - random: the fastest correct of the 48;
 - random with tune's budget: the fastest of the baseline and as many random
   configs as tune measured after it, drawn (seeded per matrix) from the 48;
@@ -77,7 +81,8 @@ log = logging.getLogger("tune_eval")
 
 
 def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, pretrained_root, vendor,
-                    oracle=False, budget=0, fixed=tuner.DEFAULT_FIXED, diversity=None, search="adaptive") -> dict:
+                    oracle=False, budget=0, fixed=tuner.DEFAULT_FIXED, diversity=None, search="adaptive",
+                    beside_budget=0) -> dict:
     op = get_op(op)
     platform_space = space.create(backend.platform, op.name)
     start = time.perf_counter()
@@ -90,6 +95,9 @@ def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, p
     ranking = tuner.tune(op, matrix, backend=backend, feat=feat, top_k=top_k, seed=seed, fixed=0, search=search,
                          pretrained_root=pretrained_root, name=name, budget=budget,
                          diversity=diversity) if fixed else tuned
+    budgeted = tuner.tune(op, matrix, backend=backend, feat=feat, top_k=top_k, seed=seed, fixed=fixed, search=search,
+                          pretrained_root=pretrained_root, name=name, budget=beside_budget,
+                          diversity=diversity) if beside_budget and not budget else None
     candidates = platform_space.candidates(backend.kernel_threads())
     train_fixed = next(iter(tuner.fixed_candidates(tuned.model, platform_space, candidates)), None)
     baseline = platform_space.baseline()
@@ -104,6 +112,9 @@ def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, p
            "tune_config": None if tune_choice is None else tune_choice.to_dict(),
            "tune_ranking_config": None if ranking.chosen is None else ranking.chosen.config.to_dict(),
            "tune_search": tuned.search, "tune_oneshot_measurements": len(oneshot.measured),
+           "tune_budget_config": None if budgeted is None or budgeted.chosen is None
+           else budgeted.chosen.config.to_dict(),
+           "tune_budget_measurements": None if budgeted is None else len(budgeted.measured),
            "tune_oneshot_config": None if oneshot.chosen is None else oneshot.chosen.config.to_dict(),
            "train_fixed_config": None if train_fixed is None else train_fixed.to_dict(),
            "tune_fixed_measured": len(tuned.fixed),
@@ -118,7 +129,8 @@ def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, p
     return row
 
 
-PICKS = ("tune", "tune_oneshot", "tune_ranking", "train_fixed", "random", "random_same_budget", "best_fixed")
+PICKS = ("tune", "tune_oneshot", "tune_ranking", "tune_budget", "train_fixed", "random", "random_same_budget",
+         "best_fixed")
 
 
 def picks_of(rows: list[dict], space, *, top_k: int, seed: int) -> list[dict]:
@@ -131,7 +143,7 @@ def picks_of(rows: list[dict], space, *, top_k: int, seed: int) -> list[dict]:
         ran = [e for e in [entries[0], *drawn] if e[1]]
         same = min(ran, key=lambda e: e[1])[0] if ran else None
         picks = {"tune": row["tune_config"], "tune_oneshot": row.get("tune_oneshot_config"),
-                 "tune_ranking": row.get("tune_ranking_config"),
+                 "tune_ranking": row.get("tune_ranking_config"), "tune_budget": row.get("tune_budget_config"),
                  "train_fixed": row.get("train_fixed_config"), "random": row["random_config"],
                  "random_same_budget": same, "best_fixed": fixed[n]}
         out.append({m: None if c is None else (space.config_from_json(c) if isinstance(c, str)
@@ -240,6 +252,8 @@ def summarize(rows: list[dict], args) -> dict:
             "random_same_budget_sweep_p90": same["p90"],
             "tune_vs_vendor_geomean": present_geomean(r.get("tune_vs_vendor") for r in rows),
             "tune_measurements_max": max((r["tune_measurements"] for r in rows), default=None),
+            "tune_budget_measurements_max": max((r.get("tune_budget_measurements") or 0 for r in rows), default=0)
+            or None,
             **{f"{m}_oracle_fraction_geomean": present_geomean(r.get(f"{m}_oracle_fraction") for r in rows)
                for m in (*PICKS, "baseline")},
             "goal": "tune_fraction_of_random >= 1.0 with at most 8 measurements, ahead of best_fixed"}
@@ -253,20 +267,23 @@ def markdown(rows: list[dict], summary: dict) -> str:
              f"({summary['op']}, {summary['target']}, N={summary['feat']})", "",
              "Speedups over the baseline config: all picks re-timed side by side in one call per matrix, "
              f"median of {rows[0].get('retime_rounds', 1) if rows else 1} rounds.", "",
-             f"| matrix | rows | nnz | tune | tune, one-shot | tune, ranking only | training data's best fixed | "
-             f"best of {summary['random_k']} random | baseline + {k} random | best fixed (other matrices) | "
-             "tune / vendor | tune meas. |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"| matrix | rows | nnz | tune | tune, one-shot | tune, ranking only | tune --budget (meas.) | "
+             f"training data's best fixed | best of {summary['random_k']} random | baseline + {k} random | "
+             "best fixed (other matrices) | tune / vendor | tune meas. |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['matrix']} | {r['rows']} | {r['nnz']} | {f(r['tune_speedup'])}x | "
                      f"{f(r.get('tune_oneshot_speedup'))}x | "
-                     f"{f(r.get('tune_ranking_speedup'))}x | {f(r.get('train_fixed_speedup'))}x | "
+                     f"{f(r.get('tune_ranking_speedup'))}x | {_budget_cell(r, f)} | "
+                     f"{f(r.get('train_fixed_speedup'))}x | "
                      f"{f(r['random_speedup'])}x | {f(r['random_same_budget_speedup'])}x | "
                      f"{f(r['best_fixed_speedup'])}x | {f(r.get('tune_vs_vendor'))}x | {r['tune_measurements']} |")
     lines += ["", f"geomean: tune {f(summary['tune_speedup_geomean'])}x (--fixed {summary.get('fixed')}), "
               f"tune one-shot {f(summary.get('tune_oneshot_speedup_geomean'))}x "
               f"({f(summary.get('tune_oneshot_fraction_of_random'))} of random's), "
-              f"tune with the ranking only {f(summary.get('tune_ranking_speedup_geomean'))}x, the training data's "
+              f"tune with the ranking only {f(summary.get('tune_ranking_speedup_geomean'))}x, "
+              f"tune --budget (at most {summary.get('tune_budget_measurements_max') or '-'} measurements) "
+              f"{f(summary.get('tune_budget_speedup_geomean'))}x, the training data's "
               f"best fixed config {f(summary.get('train_fixed_speedup_geomean'))}x, best of random "
               f"{f(summary['random_speedup_geomean'])}x, baseline + {k} random "
               f"{f(summary['random_same_budget_speedup_geomean'])}x, best fixed config "
@@ -292,6 +309,13 @@ def markdown(rows: list[dict], summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _budget_cell(row: dict, f) -> str:
+    """The --beside-budget run's speedup and how many configs it measured ("-" when it was not run)."""
+    if not row.get("tune_budget_measurements"):
+        return "-"
+    return f"{f(row.get('tune_budget_speedup'))}x ({row['tune_budget_measurements']})"
+
+
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -301,6 +325,7 @@ def plot(rows: list[dict], path: Path) -> None:
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.8), 4))
     labels = {"tune": "tune", "tune_oneshot": "tune, one-shot", "tune_ranking": "tune, ranking only",
+              "tune_budget": "tune --budget",
               "train_fixed": "training data's best fixed", "random": "best of random",
               "random_same_budget": "baseline + k random", "best_fixed": "best fixed (other matrices)"}
     width = 0.8 / len(labels)
@@ -357,6 +382,9 @@ def main(argv=None) -> int:
                         help="tune's ranked picks differ pairwise in this many knobs (default: the platform's)")
     parser.add_argument("--budget", type=int, default=tuner.DEFAULT_BUDGET,
                         help="tune --budget: sampled configs measured to fine-tune the model before ranking")
+    parser.add_argument("--beside-budget", type=int, default=8,
+                        help="also run tune --budget N beside the default (N sampled configs measured and the "
+                             "model fine-tuned on them before the search; 0: not run, nor with --budget)")
     parser.add_argument("--random", type=int, default=48, help="random configs measured (besides the baseline)")
     parser.add_argument("--threads", type=int, default=None, help="llvm: kernel threads (default: all cores)")
     parser.add_argument("--seed", type=int, default=0)
@@ -370,6 +398,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.split != "all" and (args.corpus is None or args.matrix_file):
         parser.error("--split takes the matrices of --corpus (and no --matrix-file)")
+    if args.beside_budget < 0:
+        parser.error(f"--beside-budget must be >= 0, got {args.beside_budget}")
     setup_logging()
     args.out.mkdir(parents=True, exist_ok=True)
     options = {"num_threads": args.threads} if args.threads and args.target == "llvm" else {}
@@ -388,7 +418,8 @@ def main(argv=None) -> int:
         row = evaluate_matrix(name, matrix, op=args.op, backend=backend, feat=args.feat, top_k=args.top_k,
                               random_k=args.random, seed=args.seed, pretrained_root=args.pretrained_dir,
                               vendor=not args.no_vendor, oracle=args.oracle, budget=args.budget,
-                              fixed=args.fixed, diversity=args.diversity, search=args.search)
+                              fixed=args.fixed, diversity=args.diversity, search=args.search,
+                              beside_budget=args.beside_budget)
         with results_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         rows.append(row)

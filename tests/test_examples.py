@@ -73,12 +73,15 @@ def test_tune_eval_benchmark_at_test_size(shipped, tmp_path):
     model.fixed["cpu"] = [cpu.candidates(1)[7].to_json(), fixed.to_json()]
     shipped = ship(model, tmp_path / "pretrained", ops=("spmm",))
     _run_benchmark("tune_eval.py", "--matrices", 2, "--min-rows", 300, "--max-rows", 400, "--random", 4, "--top-k", 2,
-                   "--feat", 32, "--threads", 2, "--retime-rounds", 1, "--pretrained-dir", shipped, "--out", out)
+                   "--feat", 32, "--threads", 2, "--retime-rounds", 1, "--beside-budget", 2, "--pretrained-dir", shipped,
+                   "--out", out)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and len({r["matrix"] for r in rows}) == 2
     baseline = cpu.baseline().to_json()
     for r in rows:
         assert r["tune_measurements"] <= 3 and r["random_measurements"] == 5
+        # tune --budget 2 beside it: the baseline, the 2 sampled configs, then the same search's 2
+        assert 3 < r["tune_budget_measurements"] <= 1 + 2 + 2 and r["tune_budget_config"] is not None
         # on 2 threads the serial fixed config is no candidate: the parallel one is measured and is a pick
         assert cpu.config_from_dict(r["train_fixed_config"]) == fixed and r["tune_fixed_measured"] == 1
         # the sweep's own times are kept for the offline baselines: baseline first, 1 + 4 configs
@@ -88,8 +91,8 @@ def test_tune_eval_benchmark_at_test_size(shipped, tmp_path):
     sweep_configs = [{c for c, _ in r["sweep"]} for r in rows]
     for r, configs in zip(retimed, sweep_configs):
         # every method's pick was re-timed beside the baseline, in one call
-        for method in ("tune", "tune_oneshot", "tune_ranking", "train_fixed", "random", "random_same_budget",
-                       "best_fixed"):
+        for method in ("tune", "tune_oneshot", "tune_ranking", "tune_budget", "train_fixed", "random",
+                       "random_same_budget", "best_fixed"):
             assert r[f"{method}_speedup"] == pytest.approx(r["baseline_ms"] / r[f"{method}_ms"]), method
         for method in ("random", "random_same_budget", "best_fixed"):  # drawn from the sweep
             assert space.create("cpu", "spmm").config_from_dict(r[f"{method}_config"]).to_json() in configs
@@ -101,6 +104,7 @@ def test_tune_eval_benchmark_at_test_size(shipped, tmp_path):
     text = (out / "summary.md").read_text()
     assert "| tune |" in text and "best fixed (other matrices)" in text and "baseline + 2 random" in text
     assert "tune, ranking only" in text and "training data's best fixed" in text
+    assert "tune --budget (at most 5 measurements)" in text and summary["tune_budget_speedup_geomean"] > 0
     assert (out / "tune_eval.png").stat().st_size
     # a rerun reuses the finished matrices and re-times them (3 rounds: medians between the rounds' extremes)
     again = _run_benchmark("tune_eval.py", "--matrices", 2, "--min-rows", 300, "--max-rows", 400, "--random", 4,
@@ -141,6 +145,7 @@ def test_tune_eval_spade_oracle(shipped, tmp_path):
     for r in rows:
         # baseline + 3 fine-tuning samples + top-2 (fewer when the ranking's top repeats a measured config)
         assert 4 < r["tune_measurements"] <= 1 + 3 + 2
+        assert r["tune_budget_measurements"] is None  # tune itself has a budget: nothing run beside it
         # the simulator is deterministic: the oracle is the fastest of all 256 configs, so no pick beats it
         assert r["oracle_whole_space"] and r["oracle_configs"] == 256 and r["oracle_ms"] > 0
     summary = json.loads((out / "summary.json").read_text())
