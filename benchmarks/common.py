@@ -14,10 +14,12 @@ from typing import Iterable
 
 import numpy as np
 
+from cognate_tvm.data import split_by_matrix
 from cognate_tvm.matrix import FAMILIES, generate
 from cognate_tvm.metrics import geomean
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+SPLITS = ("train", "validation", "test")  # the parts of `split_by_matrix`, in its order
 
 
 def setup_logging(level: int = logging.INFO, *, plain: bool = False) -> None:
@@ -37,6 +39,11 @@ def eval_matrices(count: int, *, min_rows: int, max_rows: int, seed: int) -> lis
         rows = int(rng.integers(min_rows, max_rows + 1))
         out.append((f"{family}_{rows}_{seed + n}", generate(family, rows, seed=seed + n)))
     return out
+
+
+def split_part(names: Iterable[str], part: str, *, seed: int) -> list[str]:
+    """The names in `part` of the split that benchmarks/pretrain.py makes of `names` (`split_by_matrix`)."""
+    return split_by_matrix(list(names), seed=seed)[SPLITS.index(part)]
 
 
 def add_matrix_arguments(parser: argparse.ArgumentParser, *, matrices: int, min_rows: int, max_rows: int) -> None:

@@ -68,15 +68,13 @@ from tqdm import tqdm
 
 from cognate_tvm import baselines, space, tuner
 from cognate_tvm.backends.base import measure_side_by_side, pick_checked
-from cognate_tvm.data import split_by_matrix
 from cognate_tvm.matrix import load_matrix
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.ops import get_op
 from cognate_tvm.search import DEFAULT_STRATEGY, STRATEGIES
-from common import add_matrix_arguments, eval_matrices, present_geomean, setup_logging
+from common import SPLITS, add_matrix_arguments, eval_matrices, present_geomean, setup_logging, split_part
 
 EVAL_SEED = 9_000_000
-SPLITS = ("train", "validation", "test")
 log = logging.getLogger("tune_eval")
 
 
@@ -85,19 +83,17 @@ def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, p
                     beside_budget=0) -> dict:
     op = get_op(op)
     platform_space = space.create(backend.platform, op.name)
+    def run_tune(**changes):  # tune as evaluated, with some of its options changed
+        options = dict(backend=backend, feat=feat, top_k=top_k, seed=seed, fixed=fixed, search=search,
+                       pretrained_root=pretrained_root, name=name, budget=budget, diversity=diversity)
+        return tuner.tune(op, matrix, **{**options, **changes})
+
     start = time.perf_counter()
-    tuned = tuner.tune(op, matrix, backend=backend, feat=feat, top_k=top_k, seed=seed, fixed=fixed, search=search,
-                       pretrained_root=pretrained_root, name=name, oracle=oracle, budget=budget, diversity=diversity)
+    tuned = run_tune(oracle=oracle)
     tune_s = time.perf_counter() - start
-    oneshot = tuner.tune(op, matrix, backend=backend, feat=feat, seed=seed, fixed=fixed, search="oneshot",
-                         pretrained_root=pretrained_root, name=name, budget=budget,
-                         diversity=diversity) if search != "oneshot" else tuned
-    ranking = tuner.tune(op, matrix, backend=backend, feat=feat, top_k=top_k, seed=seed, fixed=0, search=search,
-                         pretrained_root=pretrained_root, name=name, budget=budget,
-                         diversity=diversity) if fixed else tuned
-    budgeted = tuner.tune(op, matrix, backend=backend, feat=feat, top_k=top_k, seed=seed, fixed=fixed, search=search,
-                          pretrained_root=pretrained_root, name=name, budget=beside_budget,
-                          diversity=diversity) if beside_budget and not budget else None
+    oneshot = run_tune(search="oneshot", top_k=None) if search != "oneshot" else tuned
+    ranking = run_tune(fixed=0) if fixed else tuned
+    budgeted = run_tune(budget=beside_budget) if beside_budget and not budget else None
     candidates = platform_space.candidates(backend.kernel_threads())
     train_fixed = next(iter(tuner.fixed_candidates(tuned.model, platform_space, candidates)), None)
     baseline = platform_space.baseline()
@@ -347,10 +343,8 @@ def chosen_matrices(args) -> dict:
         return {p.stem: load_matrix(p) for p in args.matrix_file}
     if args.corpus:
         entries = load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows)
-        split = getattr(args, "split", "all")
-        if split != "all":
-            # the split pretrain.py makes of this corpus's names, so "test" is what no model trained on
-            kept = set(split_by_matrix([e.name for e in entries], seed=args.split_seed)[SPLITS.index(split)])
+        if args.split != "all":  # "test": the matrices no model trained on
+            kept = set(split_part((e.name for e in entries), args.split, seed=args.split_seed))
             entries = [e for e in entries if e.name in kept]
         return {entry.name: entry.build() for entry in tqdm(entries, desc="building matrices")}
     return dict(eval_matrices(args.matrices, min_rows=args.min_rows, max_rows=args.max_rows, seed=EVAL_SEED))

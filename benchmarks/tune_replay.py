@@ -41,14 +41,14 @@ import torch
 
 from cognate_tvm import space as spaces, tuner
 from cognate_tvm.backends.replay import ReplayBackend
-from cognate_tvm.data import load_frame, split_by_matrix
+from cognate_tvm.data import load_frame
 from cognate_tvm.matrix import generate_corpus
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.metrics import mean_log_slowdown
 from cognate_tvm.search import Adaptive
+from common import SPLITS, split_part
 
 log = logging.getLogger("tune_replay")
-SPLITS = ("train", "validation", "test")
 
 
 def cpu_workload(args):
@@ -57,7 +57,7 @@ def cpu_workload(args):
     frame = pd.concat([load_frame(p) for p in args.data], ignore_index=True)
     frame = frame[frame["op"] == args.op]
     entries = {e.name: e for e in load_corpus(args.corpus, min_rows=args.min_rows, max_rows=args.max_rows)}
-    names = split_by_matrix(list(entries), seed=args.split_seed)[SPLITS.index(args.split)]
+    names = split_part(entries, args.split, seed=args.split_seed)
     names = [n for n in names if n in set(frame["matrix"])][:args.matrices]
     tables = {name: dict(zip(part["config"].map(_canonical), part["time_ms"]))
               for name, part in frame.groupby("matrix")}

@@ -380,7 +380,8 @@ def test_metaschedule_finetune_at_test_size(shipped, tmp_path):
 
 def test_tune_eval_on_a_corpus_spec():
     bench = _load_benchmark("tune_eval.py")
-    args = dataclasses.make_dataclass("Args", ["matrix_file", "corpus", "matrices", "min_rows", "max_rows"])
+    args = dataclasses.make_dataclass("Args", ["matrix_file", "corpus", "matrices", "min_rows", "max_rows",
+                                               ("split", str, "all"), ("split_seed", int, 0)])
     chosen = bench.chosen_matrices(args([], "realistic:2:5:300-400", 10, 2000, 60000))
     # the corpus's own entries, built: one fem_blocks and one community matrix of 300-400 rows
     assert list(chosen) == [e.name for e in load_corpus("realistic:2:5:300-400")]
@@ -390,10 +391,8 @@ def test_tune_eval_on_a_corpus_spec():
     assert list(ranged) == [e.name for e in load_corpus("realistic:2:5", min_rows=300, max_rows=400)]
     assert all(250 <= m.shape[0] <= 450 for m in ranged.values())
     # --split: only that part of pretrain.py's split of the corpus's names
-    split_args = dataclasses.make_dataclass("SplitArgs", ["matrix_file", "corpus", "matrices", "min_rows",
-                                                          "max_rows", "split", "split_seed"])
     names = [e.name for e in load_corpus("realistic:12:5:300-400")]
-    parts = [list(bench.chosen_matrices(split_args([], "realistic:12:5:300-400", 10, 300, 400, part, 0)))
+    parts = [list(bench.chosen_matrices(args([], "realistic:12:5:300-400", 10, 300, 400, part, 0)))
              for part in ("train", "validation", "test")]
     assert [set(p) for p in parts] == [set(p) for p in split_by_matrix(names, seed=0)]
     assert sorted(sum(parts, [])) == sorted(names) and all(parts)
