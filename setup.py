@@ -86,6 +86,7 @@ INSTALL_REQUIRES = [
     # torch from https://download.pytorch.org/whl/cpu first (see the README).
     "torch>=2.4,<2.14",
     "numpy>=2.0,<3",
+    "ml_dtypes>=0.5,<1",  # numpy's bfloat16, for the bfloat16 dense operands of the CPU kernels
     "scipy>=1.15,<2",  # scipy.sparse.random_array(..., rng=)
     "pandas>=2.2.2,<4",  # the first pandas built for numpy 2
     "pyarrow>=16",  # the first pyarrow built for numpy 2

@@ -94,7 +94,8 @@ def test_platform_knobs(space):
     knobs = space.knob_matrix()
     assert knobs.shape == (len(space), len(space.knob_names)) and knobs.dtype == np.float32
     base = space.platform_knobs(space.baseline())
-    assert base.tolist() == [4.0, 0.0, 1.0, 0.0]  # log2(16) lanes, no unroll, parallel, contiguous
+    # log2(16) lanes, no unroll, parallel, contiguous, one row per block
+    assert base.tolist() == [4.0, 0.0, 1.0, 0.0, 0.0]
     assert len(np.unique(knobs, axis=0)) > 4
 
 

@@ -57,6 +57,7 @@ def test_bad_flags(capsys, tmp_path, small_matrices):
         (["spmm", "--matrix", str(path), "--configs", "some"], "--configs must be"),
         (["spmm", "--matrix", str(path), "--feat", "0"], "--feat must be >= 1"),
         (["spmm", "--matrix", str(path), "--arch", "sm_80"], "does not take option"),
+        (["spmm", "--matrix", str(path), "--target", "spade", "--dtype", "bfloat16"], "does not take option"),
     ]:
         code, _, err = _run(capsys, *argv)
         assert code == 2 and message in err, (argv, err)
@@ -75,3 +76,14 @@ def test_unknown_op_or_target(capsys, argv, message):
 
 def test_default_matrix_is_bundled():
     assert tuner.EXAMPLE_MATRIX.is_file()
+
+
+def test_bfloat16_dense_operands(capsys, tmp_path, small_matrices):
+    """--dtype bfloat16: the kernels read bfloat16 operands, are checked against scipy, and say so."""
+    path = save_matrix(small_matrices["powerlaw"], tmp_path / "p.mtx")
+    code, out, err = _run(capsys, "sddmm", "--matrix", str(path), "--feat", "24", "--configs", "sample:2",
+                          "--check", "--json", "--quiet", "--dtype", "bfloat16")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["dtype"] == "bfloat16"
+    assert all(r["correct"] is True for r in report["results"])

@@ -192,7 +192,7 @@ def test_init_fine_tunes_a_shipped_model_on_two_thread_data_shipped_as_its_own_v
     cpu = space.create("cpu", "spmm")
     corpus = "synthetic:12:3"
     entries = load_corpus(corpus, min_rows=100, max_rows=400)
-    configs = {e.name: config_sample(cpu, 20, 0, e.name, candidates=cpu.candidates(2)) for e in entries}
+    configs = {e.name: config_sample(cpu, 24, 0, e.name, candidates=cpu.candidates(2)) for e in entries}
     assert all(c.parallel for sample in configs.values() for c in sample)
     collect(TwoThreadBackend(cpu), "spmm", entries, configs, tmp_path / "data2t", feat=32, progress=False)
     models = tmp_path / "models"

@@ -68,9 +68,27 @@ def panel_kernels(tmp_path_factory):
     return kernels
 
 
-@pytest.fixture(params=["baseline", "panels"])
-def kernels(request, baseline_kernels, panel_kernels):
-    return baseline_kernels if request.param == "baseline" else panel_kernels
+# SpMM on register blocks of 2 rows (the layout adds zero fill; SDDMM, which has no blocks, keeps PANELS).
+BLOCKED = CPUConfig(i_tile=2, k_panel=0, k_parts=1, j_tile=16, loop_order=PANEL_ORDERS[0], vector=8,
+                    unroll=True, parallel=False, chunk=0, block_rows=2)
+
+
+@pytest.fixture(scope="module")
+def blocked_kernels(tmp_path_factory):
+    """Kernels of a register-blocked SpMM config, chosen through the store."""
+    root = tmp_path_factory.mktemp("blocked")
+    kernels = TunedKernels("cpu", num_threads=1, cache_dir=root)
+    for m in (matrix(), matrix().T.tocsr()):
+        pattern = SparseMatrix.from_scipy(m, kernels=kernels).pattern
+        for op, config in (("spmm", BLOCKED), ("sddmm", PANELS)):
+            for feat in (5, 16):
+                kernels.store.save(kernels.key(op, pattern, feat), Choice(config, 0.0, 0, None, None, "tuned"))
+    return kernels
+
+
+@pytest.fixture(params=["baseline", "panels", "blocked"])
+def kernels(request, baseline_kernels, panel_kernels, blocked_kernels):
+    return {"baseline": baseline_kernels, "panels": panel_kernels, "blocked": blocked_kernels}[request.param]
 
 
 @pytest.mark.parametrize("feat", [16, 5])

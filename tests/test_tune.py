@@ -541,3 +541,29 @@ def test_parser_defaults():
     assert args.search == "adaptive" and tune.make_parser().parse_args(["spmm", "--search", "oneshot"]).search \
         == "oneshot"
     assert args.diversity is None  # the platform's Space.pick_distance
+
+
+def test_llvm_bfloat16_tune_and_out(tmp_path, small_matrices, shipped):
+    """--dtype bfloat16: tune measures bfloat16 kernels, and --out's kernel reads bfloat16 operands."""
+    from cognate_tvm.kernels.cpu import dense_numpy_dtype, kernel_arguments, unpad_output
+
+    import tvm
+
+    matrix = small_matrices["banded"]
+    path = save_matrix(matrix, tmp_path / "banded.mtx")
+    out_dir = tmp_path / "out"
+    code, out, err = _main("spmm", "--matrix", path, "--feat", 16, "--search", "oneshot", "--top-k", 2,
+                           "--dtype", "bfloat16", "--pretrained-dir", shipped, "--out", out_dir, "--json", "--quiet")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["dtype"] == "bfloat16" and report["best"]["correct"] is True
+    written = json.loads((out_dir / "config.json").read_text())
+    assert written["kernel"]["dense_dtype"] == "bfloat16"
+    config = space.create("cpu", "spmm").config_from_dict(written["config"])
+    module = tvm.runtime.load_module(str(out_dir / written["kernel"]["library"]))
+    dense = [np.random.default_rng(0).standard_normal((matrix.shape[1], 16)).astype(np.float32)]
+    args = kernel_arguments("spmm", matrix, config, 16, dense, dtype="bfloat16")
+    args = [a if isinstance(a, int) else tvm.runtime.tensor(a, tvm.cpu()) for a in args]
+    module["main"](*args)
+    rounded = dense[0].astype(dense_numpy_dtype("bfloat16")).astype(np.float32)
+    np.testing.assert_allclose(unpad_output("spmm", args[-1].numpy(), 16), matrix @ rounded, rtol=1e-4, atol=1e-4)

@@ -70,6 +70,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                         help=".mtx, .npz or edge list (default: the bundled example)")
     parser.add_argument("--feat", type=int, default=128, help="dense width N (default 128)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the config sample and the dense inputs")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="llvm: element type of the dense operands (bfloat16: half the bytes, float32 "
+                             "accumulation and output; default float32)")
     parser.add_argument("--vendor", action="store_true", help="also time the vendor library")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -84,6 +87,8 @@ def make_backend(args: argparse.Namespace, **options) -> backends.Backend:
     ``--compile-only`` where the parser has them), local, or on the device behind
     ``--rpc-tracker``/``--rpc-key``."""
     compile_only = getattr(args, "compile_only", False)
+    if getattr(args, "dtype", "float32") != "float32":
+        options["dtype"] = args.dtype
     if compile_only and wants_rpc(args.rpc_tracker, args.rpc_key):
         raise RPCSettingsError("--compile-only runs nothing: it does not take --rpc-tracker/--rpc-key")
     return tuner.create_backend(args.target, arch=getattr(args, "arch", None), compile_only=compile_only,

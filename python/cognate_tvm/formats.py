@@ -93,3 +93,57 @@ def ell_buckets(source: sp.csr_matrix | ColumnPanelCSR, *, num_buckets: int) -> 
     widths = tuple(1 << b for b in range(int(num_buckets)))
     return ELLBuckets(tuple(source.shape), widths, counts, rows, cols, vals, pos, rest_rows,
                       rest_start, rest_end)
+
+
+@dataclass(frozen=True)
+class RowBlockCSR:
+    """CSR over blocks of `rows` consecutive rows: block g covers rows g*rows .. g*rows + rows - 1 and
+    holds the union of their column indices; each (block, column) slot stores one value per row of the
+    block, 0 where that row has no nonzero in the column (BCSR with rows x 1 blocks).
+
+    Block g's slots are [indptr[g], indptr[g + 1]) of `indices`; slot s's value for row r of the block
+    is ``data[s * rows + r]`` and its position in the source CSR ``pos[s * rows + r]`` (-1 for fill).
+    """
+
+    shape: tuple[int, int]
+    rows: int
+    indptr: np.ndarray   # int32 [blocks + 1]
+    indices: np.ndarray  # int32 [slots]
+    data: np.ndarray     # float32 [slots * rows]
+    pos: np.ndarray      # int64 [slots * rows]
+
+    @property
+    def blocks(self) -> int:
+        return self.indptr.shape[0] - 1
+
+    @property
+    def fill(self) -> float:
+        """Stored values per nonzero of the source (1.0: no fill)."""
+        nnz = int(np.count_nonzero(self.pos >= 0))
+        return self.data.size / max(1, nnz)
+
+
+def row_blocks(matrix: sp.csr_matrix, rows: int) -> RowBlockCSR:
+    """Group canonical CSR `matrix` into blocks of `rows` consecutive rows (see RowBlockCSR).
+
+    Written with numpy rather than in src/formats: it is a sort by (block, column) and a scatter,
+    which numpy runs at memory speed, and it is built once per matrix and config.
+    """
+    rows = int(rows)
+    if rows < 1:
+        raise ValueError(f"rows per block must be >= 1, got {rows}")
+    m, n = matrix.shape
+    blocks = -(-m // rows)
+    row_of = np.repeat(np.arange(m, dtype=np.int64), np.diff(matrix.indptr))
+    key = (row_of // rows) * max(1, n) + matrix.indices.astype(np.int64)
+    slots, slot_of = np.unique(key, return_inverse=True)
+    block_of_slot = slots // max(1, n)
+    indptr = np.zeros(blocks + 1, dtype=np.int64)
+    np.add.at(indptr, block_of_slot + 1, 1)
+    where = slot_of * rows + row_of % rows
+    data = np.zeros(slots.size * rows, dtype=np.float32)
+    data[where] = matrix.data
+    pos = np.full(slots.size * rows, -1, dtype=np.int64)
+    pos[where] = np.arange(matrix.nnz, dtype=np.int64)
+    return RowBlockCSR(tuple(matrix.shape), rows, np.cumsum(indptr).astype(np.int32),
+                       (slots % max(1, n)).astype(np.int32), data, pos)

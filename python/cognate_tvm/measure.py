@@ -34,8 +34,9 @@ def run(args: argparse.Namespace) -> dict:
     results = tuner.measure_configs(backend, op, matrix, configs, args.feat, check=args.check, seed=args.seed,
                                     progress=not args.quiet, desc=f"{op.name} on {args.target}")
     vendor = tuner.vendor_report(backend, op, matrix, args.feat, args.seed) if args.vendor else None
-    return tuner.measure_report(op=args.op, target=args.target, feat=args.feat, matrix_path=args.matrix,
-                                matrix=matrix, results=results, vendor=vendor)
+    report = tuner.measure_report(op=args.op, target=args.target, feat=args.feat, matrix_path=args.matrix,
+                                  matrix=matrix, results=results, vendor=vendor)
+    return {**report, "dtype": args.dtype}
 
 
 def format_table(report: dict) -> str:
@@ -43,7 +44,7 @@ def format_table(report: dict) -> str:
     rows = sorted(report["results"], key=lambda r: (r["time_ms"] is None, r["time_ms"] or 0.0))
     m = report["matrix"]
     lines = [f"{report['op']} on {report['target']}: {m['rows']}x{m['cols']}, nnz={m['nnz']}, "
-             f"feat={report['feat']}",
+             f"feat={report['feat']}, dense operands {report['dtype']}",
              f"{'time_ms':>10}  {'vs base':>8}  {'check':>5}  config"]
     for r in rows:
         time = f"{r['time_ms']:10.4f}" if r["time_ms"] is not None else f"{'-':>10}"

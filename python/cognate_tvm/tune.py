@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> tuple[dict, tuner.TuneResult | None]:
     report = tuner.tune_report(tuned, op=op.name, target=args.target, feat=args.feat, matrix_path=args.matrix,
                                matrix=matrix, budget=args.budget, top_k=args.top_k, fixed=args.fixed, vendor=vendor,
                                saved_model=None if args.save_model is None else str(args.save_model))
+    report["dtype"] = args.dtype
     if args.out is not None:
         tuner.write_outputs(args.out, backend, op, tuned, args.feat, report)
     return report, tuned
@@ -127,7 +128,8 @@ def format_summary(report: dict) -> str:
         if report.get("search") == "adaptive" and report.get("mode") == "finetuned":
             how += ", the model fine-tuned on this matrix's measurements after each"
     lines = [f"{report['op']} on {report['target']}: {m['rows']}x{m['cols']}, nnz={m['nnz']}, "
-             f"feat={report['feat']} ({how})"]
+             f"feat={report['feat']}{'' if report.get('dtype', 'float32') == 'float32' else ', bfloat16 operands'} "
+             f"({how})"]
     if best is None:
         lines.append("no configuration could be measured")
     else:

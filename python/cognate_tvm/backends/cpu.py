@@ -57,6 +57,12 @@ class LLVMBackend(Backend):
         Per-config limit on one kernel call (see the module docstring).
     mcpu
         LLVM CPU name to compile for (default: this machine's, from TVM's LLVM).
+    dtype
+        Element type of the dense operands: "float32" (default) or "bfloat16" (half
+        the bytes of the operand SpMM and SDDMM stream most; products accumulate
+        and outputs are stored in float32). With bfloat16 the caller's float32
+        operands are rounded to nearest even, and `check` compares against scipy
+        on the rounded operands.
     clock
         "wall", "thread" or "auto" (default): "thread" times the CPU time of the
         calling thread, where a one-thread TVM kernel runs, so time spent waiting
@@ -73,7 +79,7 @@ class LLVMBackend(Backend):
     def __init__(self, *, num_threads: int | None = None,
                  cache_dir: str | os.PathLike | None = DEFAULT_CACHE_DIR, warmup: int = 2, repeats: int = 7,
                  min_seconds: float = 0.01, timeout_s: float = 10.0, mcpu: str | None = None,
-                 clock: str = "auto"):
+                 clock: str = "auto", dtype: str = "float32"):
         if num_threads is not None and int(num_threads) < 1:
             raise ValueError(f"num_threads must be >= 1, got {num_threads}")
         self.num_threads = int(num_threads or os.cpu_count() or 1)
@@ -81,6 +87,9 @@ class LLVMBackend(Backend):
         self.warmup, self.repeats = int(warmup), int(repeats)
         self.min_seconds, self.timeout_s = float(min_seconds), float(timeout_s)
         self.mcpu = mcpu
+        from ..kernels.cpu import check_dense_dtype
+
+        self.dtype = check_dense_dtype(dtype)
         if clock not in ("auto", "wall", "thread"):
             raise ValueError(f"clock must be 'auto', 'wall' or 'thread', got {clock!r}")
         if clock == "thread" and self.num_threads != 1:
@@ -135,6 +144,7 @@ class LLVMBackend(Backend):
         from ..kernels.cpu import GENERATOR_VERSION
 
         out.update({"num_threads": self.num_threads, "clock": self.clock, "llvm_target": str(self._target),
+                    "dense_dtype": self.dtype,
                     "tvm": tvm.__version__,
                     "kernel_generator": GENERATOR_VERSION})
         return out
@@ -143,7 +153,7 @@ class LLVMBackend(Backend):
         """The compiled module of `config` for `op` and width `feat` (cached)."""
         from ..kernels.cpu import build_kernel
 
-        return build_kernel(op, config, feat, self._target, cache=self._cache)
+        return build_kernel(op, config, feat, self._target, cache=self._cache, dtype=self.dtype)
 
     def run(self, op: str | Op, config: CPUConfig, matrix: sp.csr_matrix,
             dense: Sequence[np.ndarray]) -> np.ndarray:
@@ -196,8 +206,8 @@ class KernelOperands:
     closed as soon as its run is dropped.
     """
 
-    def __init__(self, op: Op, matrix: sp.csr_matrix, feat: int, dense: list[np.ndarray]):
-        self.op, self.matrix, self.feat, self.dense = op, matrix, feat, dense
+    def __init__(self, op: Op, matrix: sp.csr_matrix, feat: int, dense: list[np.ndarray], dtype: str = "float32"):
+        self.op, self.matrix, self.feat, self.dense, self.dtype = op, matrix, feat, dense, dtype
         self._sparse: dict[tuple, object] = {}
         self._padded: dict[int, list[np.ndarray]] = {}
 
@@ -208,13 +218,14 @@ class KernelOperands:
 
         from ..kernels.cpu import kernel_arguments, pad_dense, prepare_sparse
 
-        key = (config.single_panel, config.panel_width(self.matrix.shape[1]))
+        key = (config.single_panel, config.panel_width(self.matrix.shape[1]), config.block_rows)
         if key not in self._sparse:
             self._sparse[key] = prepare_sparse(self.op, self.matrix, config)
         width = config.padded_width(self.feat)
         if width not in self._padded:
-            self._padded[width] = [pad_dense(d, width) for d in self.dense]
-        args = kernel_arguments(self.op, self.matrix, config, self.feat, self._padded[width], self._sparse[key])
+            self._padded[width] = [pad_dense(d, width, self.dtype) for d in self.dense]
+        args = kernel_arguments(self.op, self.matrix, config, self.feat, self._padded[width], self._sparse[key],
+                                dtype=self.dtype)
         call_args = [a if isinstance(a, int) else on_device(a) for a in args[:-1]]
         call_args.append(tvm.runtime.tensor(args[-1], device))
         return call_args
@@ -223,12 +234,15 @@ class KernelOperands:
                   extra: dict) -> tuple[bool | None, MeasureResult | None]:
         """What the first run (`first_s` seconds, its output in `call_args`' last) says: whether the output
         matches scipy (with `check`, else None), and a failed result when it took over `timeout_s`."""
-        from ..kernels.cpu import unpad_output
+        from ..kernels.cpu import dense_numpy_dtype, unpad_output
 
         correct = None
         if check:
             output = unpad_output(self.op, call_args[-1].numpy(), self.feat)
-            correct = check_output(self.op, self.matrix, self.dense, output)
+            # the kernel multiplies the operands as stored: compare with scipy on those
+            element = dense_numpy_dtype(self.dtype)
+            stored = [d.astype(element).astype(np.float32) for d in self.dense]
+            correct = check_output(self.op, self.matrix, stored, output)
         if first_s > timeout_s:
             return correct, MeasureResult(config, None, correct=correct, extra=extra,
                                           error=f"timeout: one call took {first_s:.2f} s > {timeout_s} s")
@@ -252,7 +266,7 @@ class _Run:
                  dense: list[np.ndarray]):
         self.backend, self.op, self.feat = backend, op, feat
         self._device: dict[int, tuple] = {}  # id(numpy input) -> (array kept alive, device copy)
-        self.operands = KernelOperands(op, matrix, feat, dense)
+        self.operands = KernelOperands(op, matrix, feat, dense, backend.dtype)
 
     def _on_device(self, array: np.ndarray):
         """Inputs are copied to TVM once per measure() call and shared by the configs."""

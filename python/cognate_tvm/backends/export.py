@@ -21,13 +21,15 @@ def export_llvm_kernel(backend, op: Op, config: Config, feat: int, directory: Pa
     from ..kernels.cpu import build_kernel, cpu_target
 
     path = directory / f"{stem}.so"
+    dtype = getattr(backend, "dtype", "float32")  # a remote backend builds float32 kernels only
     # Built afresh (~0.1 s): a library the kernel cache loaded from disk cannot be exported again.
-    build_kernel(op, config, feat, cpu_target(backend.num_threads, backend.mcpu)).export_library(str(path))
+    build_kernel(op, config, feat, cpu_target(backend.num_threads, backend.mcpu),
+                 dtype=dtype).export_library(str(path))
     return {"library": path.name, "entry": "main",
             "arguments": "m, ncols, nnz, npanels, indptr, indices, vals, [perm (SDDMM with column panels)], "
                          "dense operands padded to padded_width, output (cognate_tvm.kernels.cpu."
-                         "kernel_arguments builds them)",
-            "padded_width": config.padded_width(feat)}
+                         "kernel_arguments builds them; register-blocked configs take the row-block form)",
+            "padded_width": config.padded_width(feat), "dense_dtype": dtype}
 
 
 def export_cuda_kernel(backend, op: Op, config: Config, feat: int, directory: Path, stem: str) -> dict:

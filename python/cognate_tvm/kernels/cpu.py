@@ -20,6 +20,13 @@ Kernel arguments, in order: ``m, ncols, nnz, npanels`` (int32), then
 ``perm`` (int32 ``[nnz]``: panel-order nonzero -> its position in A), then the
 dense operands zero-padded to ``config.padded_width(feat)`` columns, then the
 output (SpMM: ``C[m, width]``; SDDMM: ``O[nnz]`` in A's nonzero order).
+With register blocks of R rows (``config.block_rows``) the sparse arrays are
+the row-block form (:func:`cognate_tvm.formats.row_blocks`): ``nnz`` counts
+its slots, ``indptr`` has ``ceil(m / R) + 1`` entries and ``vals`` R per slot.
+
+The dense operands are float32 or, with ``dtype="bfloat16"``, bfloat16: half
+the bytes of the operand that memory-bound SpMM and SDDMM stream most, widened
+to float32 on load; products accumulate and the output is stored in float32.
 """
 from __future__ import annotations
 
@@ -28,13 +35,16 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..formats import column_panels
+from ..formats import column_panels, row_blocks
 from ..ops import Op, get_op
 from ..space.cpu import CPUConfig
 from .cache import KernelCache, kernel_key
 
 # Bumped whenever the generated code changes, so stale cached libraries are not reused.
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 5
+
+# Element types of the dense operands; accumulation and output are float32 for both.
+DENSE_DTYPES = ("float32", "bfloat16")
 
 
 def host_cpu() -> str:
@@ -69,8 +79,12 @@ class _Writer:
 class _NestGenerator:
     """Writes the TVMScript of one (op, config, feat) kernel; see module docstring."""
 
-    def __init__(self, op: Op, config: CPUConfig, feat: int, workers: int):
+    def __init__(self, op: Op, config: CPUConfig, feat: int, workers: int, dtype: str = "float32"):
         self.op, self.config = op, config
+        self.dtype = check_dense_dtype(dtype)
+        self.block = config.block_rows
+        # the row loops run over register blocks of `block` rows (one row each when unblocked)
+        self.units = "m" if self.block == 1 else f"T.ceildiv(m, {self.block})"
         self.csr = config.single_panel
         self.sddmm = op.name == "sddmm"
         self.tile_i = config.i_tile
@@ -93,7 +107,7 @@ class _NestGenerator:
         return self.i1() if self.tile_i == 1 else f"({self.i1()} * {self.tile_i} + i0)"
 
     def row_ptr(self, offset: str = "") -> str:
-        base = self.row() if self.csr else f"k1 * (m + 1) + {self.row()}"
+        base = self.row() if self.csr else f"k1 * ({self.units} + 1) + {self.row()}"
         return f"indptr[{base}{offset}]"
 
     def nz(self) -> str:
@@ -101,6 +115,10 @@ class _NestGenerator:
 
     def j1(self) -> str:
         return "0" if self.width == self.tile_j else "j1"
+
+    def load(self, read: str) -> str:
+        """A read of a dense operand, widened to float32 when it is stored in bfloat16."""
+        return read if self.dtype == "float32" else f'T.Cast("float32", {read})'
 
     def chunks(self) -> int:
         return self.tile_j // self.lanes
@@ -124,7 +142,7 @@ class _NestGenerator:
 
     def open_loop(self, name: str) -> int:
         """Open `name`'s loop(s) (and guards); return how many levels were opened."""
-        tiles = f"T.ceildiv(m, {self.tile_i})"
+        tiles = f"T.ceildiv({self.units}, {self.tile_i})"
         if name == "i1":
             if self.config.parallel and self.config.chunk:
                 step = self.workers * self.config.chunk
@@ -140,7 +158,7 @@ class _NestGenerator:
             if self.tile_i == 1:
                 return 0
             self.open(f"for i0 in T.serial({self.tile_i}):")
-            self.open(f"if {self.row()} < m:")
+            self.open(f"if {self.row()} < {self.units}:")
             return 2
         if name == "k1":
             self.open("for k1 in T.serial(npanels):")
@@ -182,17 +200,17 @@ class _NestGenerator:
         args += [f"{d}: T.handle" for d in dense] + ["out_h: T.handle"]
         w(0, f"def main({', '.join(args)}):")
         w(1, 'T.func_attr({"global_symbol": "main", "tirx.noalias": True})')
-        w(1, 'indptr = T.match_buffer(indptr_h, (npanels * (m + 1),), "int32")')
+        w(1, f'indptr = T.match_buffer(indptr_h, (npanels * ({self.units} + 1),), "int32")')
         w(1, 'indices = T.match_buffer(indices_h, (nnz,), "int32")')
-        w(1, 'vals = T.match_buffer(vals_h, (nnz,), "float32")')
+        w(1, f'vals = T.match_buffer(vals_h, (nnz{"" if self.block == 1 else f" * {self.block}"},), "float32")')
         if self.sddmm:
             if not self.csr:
                 w(1, 'perm = T.match_buffer(perm_h, (nnz,), "int32")')
-            w(1, f'X = T.match_buffer(x_h, (m, {self.width}), "float32")')
-            w(1, f'Y = T.match_buffer(y_h, (ncols, {self.width}), "float32")')
+            w(1, f'X = T.match_buffer(x_h, (m, {self.width}), "{self.dtype}")')
+            w(1, f'Y = T.match_buffer(y_h, (ncols, {self.width}), "{self.dtype}")')
             w(1, 'O = T.match_buffer(out_h, (nnz,), "float32")')
         else:
-            w(1, f'B = T.match_buffer(b_h, (ncols, {self.width}), "float32")')
+            w(1, f'B = T.match_buffer(b_h, (ncols, {self.width}), "{self.dtype}")')
             w(1, f'C = T.match_buffer(out_h, (m, {self.width}), "float32")')
         (self._sddmm if self.sddmm else self._spmm)()
         return w.text()
@@ -211,7 +229,9 @@ class _NestGenerator:
 
     def _spmm(self) -> None:
         order = self.order
-        if order[-1] == "j0" and order[-2] == "k0":
+        if self.block > 1:  # plain CSR in the register-accumulator order (space/cpu.py checks it)
+            self._nest(0, order.index("k0"), self._spmm_blocked)
+        elif order[-1] == "j0" and order[-2] == "k0":
             # A register accumulator for the dense tile spans the run of sparse loops around j0.
             start = len(order) - 2
             while start > 0 and order[start - 1] in ("k1", "k0"):
@@ -223,7 +243,7 @@ class _NestGenerator:
             self._nest(0, start, lambda: self._spmm_accumulated(start, store))
         elif order[-1] == "j0":
             self._zero_output()
-            b = f"B[indices[{self.nz()}], {self.col(True)}]"
+            b = self.load(f"B[indices[{self.nz()}], {self.col(True)}]")
             self._nest(0, len(order) - 1, lambda: self.vector_loops(
                 f"C[{self.row()}, {self.col(True)}] = C[{self.row()}, {self.col(True)}] "
                 f"+ vals[{self.nz()}] * {b}"))
@@ -237,16 +257,42 @@ class _NestGenerator:
         self.vector_loops(f"acc[{self.lane()}] = T.float32(0)")
         self._nest(start, len(self.order) - 1, lambda: self.vector_loops(
             f"acc[{self.lane()}] = acc[{self.lane()}] + vals[{self.nz()}] * "
-            f"B[indices[{self.nz()}], {self.col(True)}]"))
+            f"{self.load(f'B[indices[{self.nz()}], {self.col(True)}]')}"))
         out = f"C[{self.row()}, {self.col(True)}]"
         value = f"acc[{self.lane()}]" if store == "=" else f"{out} + acc[{self.lane()}]"
         self.vector_loops(f"{out} = {value}")
+
+    def _spmm_blocked(self) -> None:
+        """A register block of `block` rows: each slot's B row is loaded once and feeds every row's
+        accumulator (rows unrolled between the dense chunk and its vector lanes)."""
+        rows, tile = self.block, self.tile_j
+        lane = f"rr * {tile} + {self.lane()}"
+        self.w(self.depth, f'acc = T.alloc_buffer(({rows * tile},), "float32", scope="local")')
+        self.open(f"for rr in T.unroll({rows}):")
+        self.vector_loops(f"acc[{lane}] = T.float32(0)")
+        self.close(1)
+        self.open_loop("k0")
+        b = self.load(f"B[indices[{self.nz()}], {self.col(True)}]")
+        chunks = self.chunks() > 1
+        if chunks:
+            self.open(f"for jo in T.{'unroll' if self.config.unroll else 'serial'}({self.chunks()}):")
+        self.open(f"for rr in T.unroll({rows}):")
+        self.open(f"for jv in T.vectorized({self.lanes}):")
+        self.w(self.depth, f"acc[{lane}] = acc[{lane}] + vals[{self.nz()} * {rows} + rr] * {b}")
+        self.close(3 if chunks else 2)
+        self.close(1)
+        row = f"{self.row()} * {rows} + rr"
+        self.open(f"for rr in T.unroll({rows}):")
+        self.open(f"if {row} < m:")
+        self.vector_loops(f"C[{row}, {self.col(True)}] = acc[{lane}]")
+        self.close(2)
 
     def _spmm_scalar(self) -> None:
         self.w(self.depth, 'acc = T.alloc_buffer((1,), "float32", scope="local")')
         self.w(self.depth, "acc[0] = T.float32(0)")
         self.open_loop("k0")
-        self.w(self.depth, f"acc[0] = acc[0] + vals[{self.nz()}] * B[indices[{self.nz()}], {self.col(False)}]")
+        self.w(self.depth, f"acc[0] = acc[0] + vals[{self.nz()}] * "
+                           f"{self.load(f'B[indices[{self.nz()}], {self.col(False)}]')}")
         self.close(1)
         out = f"C[{self.row()}, {self.col(False)}]"
         self.w(self.depth, f"{out} = acc[0]" if self.csr else f"{out} = {out} + acc[0]")
@@ -256,8 +302,8 @@ class _NestGenerator:
         if order[-1] == "k0":  # j0 outside the sparse loop: scalar updates of each output
             self._zero_output()
             out = f"O[perm[{self.nz()}]]" if not self.csr else f"O[{self.nz()}]"
-            body = (f"{out} = {out} + vals[{self.nz()}] * X[{self.row()}, {self.col(False)}] * "
-                    f"Y[indices[{self.nz()}], {self.col(False)}]")
+            body = (f"{out} = {out} + vals[{self.nz()}] * {self.load(f'X[{self.row()}, {self.col(False)}]')} * "
+                    f"{self.load(f'Y[indices[{self.nz()}], {self.col(False)}]')}")
             self._nest(0, len(order), lambda: self.w(self.depth, body))
             return
         k0 = order.index("k0")
@@ -271,8 +317,8 @@ class _NestGenerator:
         lane = self.lane() if self.config.unroll else "jv"
         self.w(self.depth, f'acc = T.alloc_buffer(({size},), "float32", scope="local")')
         self.vector_loops(f"acc[{lane}] = T.float32(0)", size=size)
-        x = f"X[{self.row()}, {self.col(True)}]"
-        y = f"Y[indices[{self.nz()}], {self.col(True)}]"
+        x = self.load(f"X[{self.row()}, {self.col(True)}]")
+        y = self.load(f"Y[indices[{self.nz()}], {self.col(True)}]")
         self._nest(k0 + 1, len(self.order) - 1, lambda: self.vector_loops(
             f"acc[{lane}] = acc[{lane}] + {x} * {y}"))
         # Tree reduction of the lanes: ceil(log2(size)) folding steps, each one vector add
@@ -295,13 +341,20 @@ class _NestGenerator:
         self.close(sum(opened))
 
 
-def kernel_source(op: str | Op, config: CPUConfig, feat: int, *, workers: int) -> str:
-    """TVMScript of the kernel for `op`, `config` and dense width `feat`.
+def check_dense_dtype(dtype: str) -> str:
+    """`dtype` when it is one of DENSE_DTYPES, else a ValueError naming them."""
+    if dtype not in DENSE_DTYPES:
+        raise ValueError(f"dense dtype {dtype!r} is not one of {DENSE_DTYPES}")
+    return dtype
+
+
+def kernel_source(op: str | Op, config: CPUConfig, feat: int, *, workers: int, dtype: str = "float32") -> str:
+    """TVMScript of the kernel for `op`, `config`, dense width `feat` and dense element type `dtype`.
 
     `workers` is the number of parallel tasks of round-robin configs (chunk > 0),
     normally the target's core count.
     """
-    return _NestGenerator(get_op(op), config, int(feat), workers).source()
+    return _NestGenerator(get_op(op), config, int(feat), workers, dtype).source()
 
 
 # -- building and running --------------------------------------------------------------
@@ -315,25 +368,27 @@ class KernelSpec:
     feat: int
     target: str
     workers: int
+    dtype: str = "float32"
 
     def key(self) -> str:
         import tvm
 
         return kernel_key({"op": self.op, "config": self.config.to_dict(), "feat": self.feat,
                            "target": self.target, "workers": self.workers, "tvm": tvm.__version__,
-                           "generator": GENERATOR_VERSION})
+                           "generator": GENERATOR_VERSION, "dtype": self.dtype})
 
 
-def build_kernel(op: str | Op, config: CPUConfig, feat: int, target, *, cache: KernelCache | None = None):
+def build_kernel(op: str | Op, config: CPUConfig, feat: int, target, *, cache: KernelCache | None = None,
+                 dtype: str = "float32"):
     """The compiled module of one kernel (entry point "main"), through `cache` when given."""
     import tvm
 
     op = get_op(op)
     workers = int(target.attrs.get("num-cores", 1))
-    spec = KernelSpec(op.name, config, int(feat), str(target), workers)
+    spec = KernelSpec(op.name, config, int(feat), str(target), workers, check_dense_dtype(dtype))
 
     def build():
-        func = tvm.script.from_source(kernel_source(op, config, feat, workers=workers))
+        func = tvm.script.from_source(kernel_source(op, config, feat, workers=workers, dtype=dtype))
         return tvm.tirx.build(func, target=target)
 
     if cache is None:
@@ -367,6 +422,9 @@ def prepare_sparse(op: str | Op, matrix: sp.csr_matrix, config: CPUConfig) -> Sp
     """Convert canonical CSR `matrix` into the layout `config`'s kernel reads."""
     op = get_op(op)
     rows, cols = matrix.shape
+    if config.block_rows > 1:
+        blocks = row_blocks(matrix, config.block_rows)
+        return SparseOperand(1, blocks.indptr, blocks.indices, blocks.data, None)
     if config.single_panel:
         return SparseOperand(1, np.ascontiguousarray(matrix.indptr, dtype=np.int32),
                              np.ascontiguousarray(matrix.indices, dtype=np.int32),
@@ -378,30 +436,44 @@ def prepare_sparse(op: str | Op, matrix: sp.csr_matrix, config: CPUConfig) -> Sp
                          panels.indices, panels.data, perm)
 
 
-def pad_dense(dense: np.ndarray, width: int) -> np.ndarray:
-    """float32 C-contiguous copy of `dense` with zero columns up to `width`."""
-    dense = np.asarray(dense, dtype=np.float32)
+def pad_dense(dense: np.ndarray, width: int, dtype: str = "float32") -> np.ndarray:
+    """C-contiguous copy of `dense` in `dtype` (bfloat16: rounded to nearest even) with zero columns up
+    to `width`."""
+    element = dense_numpy_dtype(dtype)
+    dense = np.asarray(dense)
     if dense.shape[1] == width:
-        return np.ascontiguousarray(dense)
-    out = np.zeros((dense.shape[0], width), dtype=np.float32)
-    out[:, :dense.shape[1]] = dense
+        return np.ascontiguousarray(dense, dtype=element)
+    out = np.zeros((dense.shape[0], width), dtype=element)
+    out[:, :dense.shape[1]] = dense.astype(element)
     return out
 
 
+def dense_numpy_dtype(dtype: str) -> np.dtype:
+    """The numpy element type of dense operands of `dtype` (bfloat16 is ml_dtypes' type)."""
+    if check_dense_dtype(dtype) == "float32":
+        return np.dtype(np.float32)
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
 def kernel_arguments(op: str | Op, matrix: sp.csr_matrix, config: CPUConfig, feat: int,
-                     dense: list[np.ndarray], sparse: SparseOperand | None = None) -> list:
+                     dense: list[np.ndarray], sparse: SparseOperand | None = None, *,
+                     dtype: str = "float32") -> list:
     """The numpy/int arguments of the kernel, output last; see module docstring.
 
     The output starts as NaN, so an element that a kernel fails to write fails the check.
+    Dense operands already in `dtype` and padded are passed as they are.
     """
     op = get_op(op)
     sparse = sparse or prepare_sparse(op, matrix, config)
     rows, cols = matrix.shape
     width = config.padded_width(feat)
-    args: list = [rows, cols, int(matrix.nnz), sparse.npanels, sparse.indptr, sparse.indices, sparse.vals]
+    args: list = [rows, cols, int(sparse.indices.size), sparse.npanels, sparse.indptr, sparse.indices,
+                  sparse.vals]
     if op.name == "sddmm" and sparse.perm is not None:
         args.append(sparse.perm)
-    args += [pad_dense(d, width) for d in dense]
+    args += [pad_dense(d, width, dtype) for d in dense]
     out_shape = (int(matrix.nnz),) if op.name == "sddmm" else (rows, width)
     args.append(np.full(out_shape, np.nan, dtype=np.float32))
     return args

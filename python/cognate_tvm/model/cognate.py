@@ -121,6 +121,7 @@ class CognateCostModel(RankingModel):
         self.fixed: dict[str, list[str]] = {}  # platform -> config JSON of its best fixed configs
         self._patterns: dict[str, SparsePattern] = {}
         self._embeddings: dict[str, torch.Tensor] = {}
+        self._narrow_warned: set[str] = set()
 
     # -- parts -----------------------------------------------------------------------
     def encoder_for(self, space: Space) -> KnobEncoder:
@@ -129,9 +130,15 @@ class CognateCostModel(RankingModel):
         width = self.mapper.knob_width(space)
         if self.net.has_encoder(platform):
             encoder = self.net.get_encoder(platform)
-            if encoder.width != width:
+            # A model fitted before knobs were appended to the space reads the knobs it knows (`inputs`).
+            appended = width == len(space.knob_names) and space.first_knobs <= encoder.width < width
+            if encoder.width != width and not appended:
                 raise ModelVersionError(f"platform {platform!r}: the model's knob encoder takes {encoder.width} "
                                         f"knobs, {space!r} gives {width}")
+            if encoder.width < width and platform not in self._narrow_warned:
+                self._narrow_warned.add(platform)
+                logger.warning("the model's %s knob encoder predates the knobs %s: it scores configs that "
+                               "differ only in them alike", platform, space.knob_names[encoder.width:])
             return encoder
         encoder = create_encoder(self.config.knob_encoder, width, self.config.latent)
         knobs = self.mapper.knobs(space, space.configs())
@@ -209,6 +216,8 @@ class CognateCostModel(RankingModel):
                feat: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(shared coords, knobs, log2 feat) tensors of `configs`."""
         shared, knobs = self.mapper(space, configs, rows=rows, cols=cols, feat=feat)
+        if self.net.has_encoder(space.platform):
+            knobs = knobs[:, :self.encoder_for(space).width]
         log2_feat = torch.full((len(configs),), float(np.log2(max(feat, 1))))
         return torch.from_numpy(shared), torch.from_numpy(knobs), log2_feat
 

@@ -96,12 +96,20 @@ class Space(ABC):
     platform: ClassVar[str]            # "cpu", "spade", "gpu"
     config_type: ClassVar[type[Config]]
     knob_names: ClassVar[tuple[str, ...]]  # platform-only knobs, in `platform_knobs` order
+    # Knobs a model must know to rank this space: a space may append knobs after models were trained on
+    # it (None: all of them), and a model fitted before reads only the first ones (model/cognate.py).
+    min_knobs: ClassVar[int | None] = None
     # tune's picks from a ranking differ pairwise in at least this many fields (`diverse_top`); 1 = the
     # plain top-k. A space whose models transfer with few target samples hedges their errors with more.
     pick_distance: ClassVar[int] = 1
 
     def __init__(self, op: str | Op):
         self.op = get_op(op)
+
+    @property
+    def first_knobs(self) -> int:
+        """How many of `knob_names` (the first ones) every model of this space reads; see `min_knobs`."""
+        return len(self.knob_names) if self.min_knobs is None else self.min_knobs
 
     # -- the space ---------------------------------------------------------
     @abstractmethod

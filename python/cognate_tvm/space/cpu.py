@@ -30,12 +30,14 @@ Every config is valid for every dense width: the dense tile is clipped to the
 width rounded up to the vector width, and the dense operands are zero-padded to
 a multiple of the clipped tile (:meth:`CPUConfig.dense_tile`,
 :meth:`CPUConfig.padded_width`); zero columns change neither SpMM's kept
-columns nor SDDMM's dot products. Validity depends on the config alone.
+columns nor SDDMM's dot products. Validity depends on the config and the op
+(``block_rows`` > 1 is SpMM's alone).
 
 This module imports neither torch nor TVM.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -59,6 +61,10 @@ K_PARTS = (1, 2, 4, 8)               # equal column parts when k_panel == 0; 1 =
 J_TILES = (4, 8, 16, 32, 64, 128)
 VECTORS = (4, 8, 16)         # float32 lanes: SSE xmm, AVX2 ymm, AVX-512 zmm
 CHUNKS = (0, 4)              # 0 = contiguous ranges; 4 = round-robin chunks of 4 row tiles
+BLOCK_ROWS = (1, 2, 4)       # rows per register block (SpMM)
+# Accumulator lanes of a register block (block_rows * j_tile): 256 float32 lanes are 16 zmm
+# registers, half the AVX-512 file, leaving room for the B row and the values.
+MAX_BLOCK_LANES = 256
 
 # Loop orders over (i1, k1, j1, i0, k0, j0), outermost first. All keep i1 < i0 < k0,
 # k1 < k0 (the nonzeros of row i in panel k1) and j1 < j0.
@@ -91,6 +97,10 @@ CSR_ORDERS: tuple[tuple[str, ...], ...] = tuple(
     if _without_k1(order) not in {_without_k1(o) for o in PANEL_ORDERS[:n]})
 
 
+# The one order of register blocks: per block and dense tile, accumulators over the block's nonzeros.
+BLOCKED_ORDER: tuple[str, ...] = PANEL_ORDERS[0]
+
+
 def _vectorizable(order: tuple[str, ...]) -> bool:
     return order[-1] == "j0"
 
@@ -108,6 +118,21 @@ class CPUConfig(Config):
     unroll: bool
     parallel: bool
     chunk: int
+    block_rows: int = 1
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CPUConfig":
+        """Also takes the dicts of configs stored before `block_rows` existed (1: unblocked)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+        return super().from_dict({**defaults, **data})
+
+    def to_dict(self) -> dict:
+        """An unblocked config keeps the form it had before `block_rows` existed (same JSON, same
+        dataset keys)."""
+        data = super().to_dict()
+        if self.block_rows == 1:
+            del data["block_rows"]
+        return data
 
     @property
     def single_panel(self) -> bool:
@@ -137,15 +162,19 @@ class CPUSpace(Space):
 
     platform = "cpu"
     config_type = CPUConfig
-    knob_names = ("log2_vector", "unroll", "parallel", "chunk")
+    # block_rows was appended after the shipped models were trained: they rank it as unblocked
+    min_knobs = 4
+    # One knob vector for both ops, so that a model reads either op's configs: SDDMM's block_rows is 1.
+    knob_names = ("log2_vector", "unroll", "parallel", "chunk", "log2_block_rows")
 
     def __init__(self, op: str | Op):
         super().__init__(op)
         self._configs: list[CPUConfig] | None = None
+        self.block_rows = BLOCK_ROWS if self.op.name == "spmm" else (1,)
 
     def configs(self) -> list[CPUConfig]:
         if self._configs is None:
-            self._configs = list(_enumerate())
+            self._configs = list(_enumerate(self.block_rows))
         return list(self._configs)
 
     def candidates(self, threads: int | None = None) -> list[CPUConfig]:
@@ -192,6 +221,11 @@ class CPUSpace(Space):
              f"vector {config.vector})"),
             (config.chunk in (CHUNKS if config.parallel else (0,)),
              f"chunk {config.chunk} must be in {CHUNKS} with parallel, else 0"),
+            (config.block_rows in self.block_rows,
+             f"block_rows {config.block_rows} not in {self.block_rows} for {self.op.name}"),
+            (config.block_rows == 1 or _blockable(config),
+             f"block_rows {config.block_rows} needs plain CSR, loop order {BLOCKED_ORDER}, a vector width "
+             f"and block_rows * j_tile <= {MAX_BLOCK_LANES}"),
         ]
         for ok, message in rules:
             if not ok:
@@ -206,7 +240,13 @@ class CPUSpace(Space):
 
     def platform_knobs(self, config: CPUConfig) -> np.ndarray:
         return np.array([math.log2(config.vector), float(config.unroll), float(config.parallel),
-                         float(config.chunk)], dtype=np.float32)
+                         float(config.chunk), math.log2(config.block_rows)], dtype=np.float32)
+
+
+def _blockable(config: CPUConfig) -> bool:
+    """Whether `config`'s nest can run on register blocks (see the module docstring)."""
+    return (config.single_panel and tuple(config.loop_order) == BLOCKED_ORDER
+            and config.vector > 1 and config.j_tile * config.block_rows <= MAX_BLOCK_LANES)
 
 
 def _column_options():
@@ -214,8 +254,19 @@ def _column_options():
     return [(0, parts) for parts in K_PARTS] + [(width, 1) for width in K_PANELS if width]
 
 
-def _enumerate():
-    """Every valid config in a fixed order."""
+def _enumerate(block_rows: tuple[int, ...]):
+    """Every valid config in a fixed order: the unblocked ones, then the register-blocked ones."""
+    unblocked = list(_unblocked())
+    yield from unblocked
+    for rows in block_rows[1:]:
+        for config in unblocked:
+            blocked = dataclasses.replace(config, block_rows=rows)
+            if _blockable(blocked):
+                yield blocked
+
+
+def _unblocked():
+    """The configs without register blocks, in a fixed order."""
     parallel_options = [(False, 0)] + [(True, c) for c in CHUNKS]
     for k_panel, k_parts in _column_options():
         orders = CSR_ORDERS if (k_panel, k_parts) == (0, 1) else PANEL_ORDERS

@@ -90,27 +90,36 @@ def pad_columns(tensor: torch.Tensor, width: int) -> torch.Tensor:
 class CPURunner(Runner):
     """A TVM-built CPU kernel (:mod:`cognate_tvm.kernels.cpu`; argument order there)."""
 
-    def __init__(self, op: str, matrix: sp.csr_matrix, config, feat: int, module, device: torch.device):
+    def __init__(self, op: str, matrix: sp.csr_matrix, config, feat: int, module, device: torch.device,
+                 dtype: str = "float32"):
+        from ..formats import row_blocks
         from ..kernels.cpu import panel_permutation, prepare_sparse
 
         super().__init__(op, matrix, config, feat, device)
         sparse = prepare_sparse(op, matrix, config)
         self.func = module["main"]
-        self.scalars = (self.shape[0], self.shape[1], self.nnz, sparse.npanels)
+        self.scalars = (self.shape[0], self.shape[1], int(sparse.indices.size), sparse.npanels)
         self.indptr, self.indices = self._index(sparse.indptr), self._index(sparse.indices)
-        # Column panels reorder the nonzeros; the SDDMM kernel scatters back through `perm`.
-        self.order = None if config.single_panel else self._index(
-            panel_permutation(matrix, config.panel_width(matrix.shape[1])).astype(np.int64))
+        # Column panels and register blocks reorder the nonzeros (blocks also add zero fill); the SDDMM
+        # kernel scatters back through `perm`.
+        self.order, self.fill = None, None
+        if config.block_rows > 1:
+            pos = row_blocks(matrix, config.block_rows).pos
+            self.order, self.fill = self._index(np.maximum(pos, 0)), self._index(pos >= 0)
+        elif not config.single_panel:
+            self.order = self._index(
+                panel_permutation(matrix, config.panel_width(matrix.shape[1])).astype(np.int64))
         self.perm = None if sparse.perm is None else self._index(sparse.perm)
         self.width = config.padded_width(feat)
+        self.dense_dtype = getattr(torch, dtype)
         self._gather = GatherCache()
 
     def __call__(self, values, *dense):
-        vals = values if self.order is None else self._gather(values, self.order)
+        vals = values if self.order is None else self._gather(values, self.order, self.fill)
         args = [*self.scalars, self.indptr, self.indices, vals]
         if self.perm is not None:
             args.append(self.perm)
-        args += [pad_columns(d, self.width) for d in dense]
+        args += [pad_columns(d.to(self.dense_dtype), self.width) for d in dense]
         if self.op == "sddmm":
             out = torch.empty(self.nnz, dtype=torch.float32)
             self.func(*args, out)
@@ -202,12 +211,13 @@ class CPUPlatform(Platform):
 
     device_type = "cpu"
 
-    def __init__(self, device: torch.device, *, num_threads: int | None, kernel_dir: Path | None):
+    def __init__(self, device: torch.device, *, num_threads: int | None, kernel_dir: Path | None,
+                 dtype: str = "float32"):
         from ..backends.cpu import LLVMBackend
 
         super().__init__(device)
         threads = int(num_threads or torch.get_num_threads())
-        self._backend = LLVMBackend(num_threads=threads, cache_dir=kernel_dir)
+        self._backend = LLVMBackend(num_threads=threads, cache_dir=kernel_dir, dtype=dtype)
 
     @property
     def backend(self) -> Backend:
@@ -217,7 +227,8 @@ class CPUPlatform(Platform):
         return self._backend.metadata()["llvm_target"]
 
     def runner(self, op, matrix, config, feat):
-        return CPURunner(op, matrix, config, feat, self._backend.kernel(op, config, feat), self.device)
+        return CPURunner(op, matrix, config, feat, self._backend.kernel(op, config, feat), self.device,
+                         self._backend.dtype)
 
 
 def cuda_arch(device: torch.device) -> str:
@@ -265,10 +276,12 @@ class CUDAPlatform(Platform):
 
 
 def create_platform(device: torch.device, *, num_threads: int | None = None, arch: str | None = None,
-                    kernel_dir: Path | None = None) -> Platform:
+                    kernel_dir: Path | None = None, dtype: str = "float32") -> Platform:
     """The platform of `device` ("cpu" or "cuda[:i]"); DeviceUnavailableError for any other."""
     if device.type == "cpu":
-        return CPUPlatform(device, num_threads=num_threads, kernel_dir=kernel_dir)
+        return CPUPlatform(device, num_threads=num_threads, kernel_dir=kernel_dir, dtype=dtype)
+    if dtype != "float32":
+        raise ValueError(f"dtype {dtype!r}: only the CPU kernels read bfloat16 dense operands")
     if device.type == "cuda":
         return CUDAPlatform(device, arch=arch)
     raise DeviceUnavailableError(f"no kernels for device {device}; valid: cpu, cuda")

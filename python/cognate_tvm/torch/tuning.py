@@ -26,7 +26,6 @@ from .runners import Platform, Runner, create_platform
 
 log = logging.getLogger(__name__)
 
-DTYPE = "float32"  # the kernels' one dtype
 
 
 class Pattern:
@@ -98,16 +97,21 @@ class TunedKernels:
         ~/.cache/cognate_tvm; see :mod:`cognate_tvm.torch.cache`).
     tune
         False: no measuring at all, every kernel is the space's baseline config.
+    dtype
+        CPU only: element type the kernels read the dense operands in, "float32" (default) or
+        "bfloat16" (the float32 tensors are rounded on each call; products accumulate and results
+        are returned in float32, gradients included).
     tune_options
         Extra keyword arguments of :func:`cognate_tvm.tuner.tune` (e.g. ``top_k``, ``budget``).
     """
 
     def __init__(self, device: str | torch.device = "cpu", *, num_threads: int | None = None,
                  arch: str | None = None, cache_dir: str | os.PathLike | None = None, tune: bool = True,
-                 tune_options: dict | None = None):
+                 tune_options: dict | None = None, dtype: str = "float32"):
         self.root = cache_root(cache_dir)
+        self.dtype = dtype
         self.platform: Platform = create_platform(torch.device(device), num_threads=num_threads, arch=arch,
-                                                  kernel_dir=Path(self.root) / "kernels")
+                                                  kernel_dir=Path(self.root) / "kernels", dtype=dtype)
         self.device = self.platform.device
         self.tune_enabled = bool(tune)
         self.tune_options = dict(tune_options or {})
@@ -116,7 +120,7 @@ class TunedKernels:
         self._runners: dict[tuple[str, str, int], Runner] = {}
 
     def key(self, op: str, pattern: Pattern, feat: int) -> ChoiceKey:
-        return ChoiceKey(pattern.digest, op, int(feat), self.platform.target_name(), DTYPE)
+        return ChoiceKey(pattern.digest, op, int(feat), self.platform.target_name(), self.dtype)
 
     def runner(self, op: str, pattern: Pattern, feat: int) -> Runner:
         """The ready kernel of (`op`, `pattern`, `feat`): chosen and built on first use."""
