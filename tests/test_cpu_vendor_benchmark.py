@@ -1,0 +1,165 @@
+"""benchmarks/cpu_vendor.py at test size, and MKL's SpMM into a preallocated output (`MKLLibrary(preallocated=True)`)."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cognate_tvm.backends.vendor import MKLLibrary, mkl_available
+from cognate_tvm.matrix import generate
+from cognate_tvm.ops import SPMM
+from tiny_models import ship, tiny_cpu_model
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(monkeypatch):
+    spec = importlib.util.spec_from_file_location("cpu_vendor", BENCH / "cpu_vendor.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its worker functions are pickled by module name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_mkl_is_available():
+    assert mkl_available(), "sparse_dot_mkl and mkl are pinned in requirements.txt: MKL must load"
+
+
+def test_mkl_preallocated_output_is_overwritten_not_accumulated():
+    matrix = generate("rmat", 300, seed=3)
+    b = np.random.default_rng(0).standard_normal((matrix.shape[1], 16), dtype=np.float32)
+    expected = matrix @ b
+    library = MKLLibrary(num_threads=1, preallocated=True)
+    for garbage in (7.0, np.nan):  # what the output held must not survive
+        out = np.full((matrix.shape[0], 16), garbage, dtype=np.float32)
+        for _ in range(3):  # a second call into the same output catches MKL's default C += A @ B
+            assert library.spmm_into(matrix, b, out) is out
+            np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    call = library.timed_call(SPMM, matrix, [b])  # what time_ms times: one output made before the calls
+    first = call()
+    second = call()
+    assert first is second
+    np.testing.assert_allclose(second, expected, rtol=1e-4, atol=1e-4)
+    fresh = library.run(SPMM, matrix, [b])  # run returns a new array each time
+    assert fresh is not library.run(SPMM, matrix, [b])
+    np.testing.assert_allclose(fresh, expected, rtol=1e-4, atol=1e-4)
+    assert library.check(SPMM, matrix, 16)
+    assert "out_scalar=0.0" in library.method(SPMM) and "out_scalar" not in MKLLibrary().method(SPMM)
+
+
+def test_mkl_preallocated_survives_pickling_and_isolation():
+    library = MKLLibrary(num_threads=1, preallocated=True)
+    assert pickle.loads(pickle.dumps(library)).preallocated
+    isolated = library.isolated_copy()
+    assert isolated.isolated and isolated.preallocated and isolated.isolated_copy(False).preallocated
+    assert not pickle.loads(pickle.dumps(MKLLibrary())).preallocated
+    state = MKLLibrary().__getstate__()
+    del state["preallocated"]  # a library pickled before the option existed
+    old = MKLLibrary.__new__(MKLLibrary)
+    old.__setstate__(state)
+    assert not old.preallocated
+    matrix = generate("uniform", 200, seed=1)
+    assert isolated.check(SPMM, matrix, 8)  # in a worker process, two calls into one output
+    assert isolated.time_ms(SPMM, matrix, 8) > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    i_tile: int
+    vector: int
+    block_rows: int = 1
+    row_order: str = "natural"
+
+
+def test_knob_variants_vary_only_the_new_knobs(monkeypatch):
+    bench = _load(monkeypatch)
+    every = [_Config(i, v, b, o) for i in (1, 2) for v in (4, 8) for b in (1, 2, 4) for o in ("natural", "locality")]
+    best = _Config(2, 8, 1, "natural")
+    variants = bench.knob_variants(best, every)
+    assert len(variants) == 5 and best not in variants
+    assert all((c.i_tile, c.vector) == (2, 8) for c in variants)
+    assert bench.new_knobs(best) == ["row_order", "block_rows"]
+
+    @dataclasses.dataclass(frozen=True)
+    class Old:  # a config without the knobs has no variants
+        i_tile: int
+
+    assert bench.knob_variants(Old(1), [Old(1), Old(2)]) == []
+
+
+def test_sample_is_the_baseline_and_seeded_distinct_candidates(monkeypatch):
+    from cognate_tvm import space
+
+    bench = _load(monkeypatch)
+    cpu = space.create("cpu", "spmm")
+    candidates = cpu.candidates(2)
+    sample = bench.sample_configs(cpu, candidates, 10, seed=1)
+    assert sample[0] == cpu.baseline() and len(set(sample)) == 11 and set(sample) <= set(candidates)
+    assert sample == bench.sample_configs(cpu, candidates, 10, seed=1) != bench.sample_configs(cpu, candidates, 10, 2)
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    return ship(tiny_cpu_model(), tmp_path_factory.mktemp("pretrained"), ops=("spmm",))
+
+
+def test_benchmark_at_test_size(tmp_path, monkeypatch, shipped):
+    bench = _load(monkeypatch)
+    out = tmp_path / "out"
+    argv = ["--scale", "0.005", "--matrices", "rmat", "--sample", "2", "--finalists", "2", "--rounds", "1",
+            "--feat", "16", "--bandwidth-mb", "16", "--pretrained-dir", str(shipped), "--out", str(out)]
+    assert bench.main(argv) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert result["threads"] == 2 and result["feat"] == 16
+    assert "--scale 0.005" in result["command"] and result["machine"]["cpu_model"]
+    assert "4 (M + 1) + 8 nnz" in result["floor_definition"]
+    bandwidth = result["bandwidth"]
+    assert bandwidth["gb_per_s"] == max(bandwidth["before"]["gb_per_s"], bandwidth["after"]["gb_per_s"]) > 0
+    assert bandwidth["before"]["bytes_per_copy"] == 2 * 16 * (1 << 20)
+
+    (row,) = result["rows"]
+    matrix = bench.build_matrix("rmat", 0.005)
+    assert (row["matrix"], row["rows"], row["nnz"]) == ("rmat", matrix.shape[0], matrix.nnz)
+    m, k = matrix.shape
+    assert row["minimal_bytes"] == 4 * (m + 1) + 8 * matrix.nnz + 4 * k * 16 + 4 * m * 16
+    assert row["floor_ms"] == pytest.approx(row["minimal_bytes"] / (bandwidth["gb_per_s"] * 1e9) * 1e3)
+
+    # MKL: both outputs checked against scipy, both timed
+    assert row["mkl_prealloc_correct"] is True and row["mkl_alloc_correct"] is True
+    assert row["mkl_prealloc_ms"] > 0 and row["mkl_alloc_ms"] > 0 and "out_scalar=0.0" in row["mkl_prealloc_method"]
+    # the sweep: the baseline and 2 sampled candidates, then the new knobs' variants of its best
+    assert row["sample_configs"] == 3 and row["measured"] == 3 + row["variant_configs"]
+    assert row["measured_correct"] >= 1 and row["tune_measurements"] >= 2
+    # the re-timing: best is the fastest finalist (the baseline is one), so no slower than the baseline
+    finalists = {json.dumps(f["config"], sort_keys=True): f["ms"] for f in row["finalists"]}
+    assert json.dumps(row["baseline_config"], sort_keys=True) in finalists
+    assert row["best_ms"] == min(t for t in finalists.values() if t is not None)
+    assert row["best_ms"] <= row["baseline_ms"]
+    assert row["tune_config"] is not None and row["tune_ms"] > 0
+    for kernel in ("mkl_alloc", "baseline", "best", "tune"):
+        assert row[f"{kernel}_vs_mkl_prealloc"] == pytest.approx(row["mkl_prealloc_ms"] / row[f"{kernel}_ms"])
+    for kernel in ("mkl_prealloc", "mkl_alloc", "baseline", "best", "tune"):
+        assert row[f"{kernel}_floor_fraction"] == pytest.approx(row["floor_ms"] / row[f"{kernel}_ms"])
+    assert row["best_vs_baseline"] == pytest.approx(row["baseline_ms"] / row["best_ms"]) and row["best_vs_baseline"] >= 1
+    if row.get("bf16_ms") is not None:  # the llvm backend takes a dtype
+        assert row["bf16_speedup"] == pytest.approx(row["bf16_fp32_ms"] / row["bf16_ms"])
+        assert row["bf16_floor_fraction"] == pytest.approx(row["floor_ms"] / row["bf16_ms"])
+    else:
+        assert "skipped" in result["bf16"] or row.get("bf16_note")
+
+    summary = result["summary"]  # one matrix: every geomean is its value
+    assert summary["matrices"] == 1
+    for key in ("best_vs_mkl_prealloc", "tune_vs_mkl_prealloc", "best_floor_fraction", "bf16_speedup"):
+        if row.get(key) is None:
+            assert summary[f"{key}_geomean"] is None
+        else:
+            assert summary[f"{key}_geomean"] == pytest.approx(row[key])
+    table = (out / "summary.md").read_text()
+    assert "| rmat | " in table and "| geomean |" in table and "MKL prealloc ms" in table and "bf16 / fp32" in table
+    assert (out / "cpu_vendor.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
