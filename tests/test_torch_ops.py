@@ -55,17 +55,21 @@ PANELS = CPUConfig(i_tile=4, k_panel=0, k_parts=4, j_tile=16, loop_order=PANEL_O
                    unroll=True, parallel=False, chunk=0)
 
 
-@pytest.fixture(scope="module")
-def panel_kernels(tmp_path_factory):
-    """Kernels of a column-panel config (the layout reorders the values), chosen through the store."""
-    root = tmp_path_factory.mktemp("panels")
+def stored_kernels(root, configs: dict) -> TunedKernels:
+    """Kernels whose choices for `matrix()` and its transpose are `configs[op]`, put in the store."""
     kernels = TunedKernels("cpu", num_threads=1, cache_dir=root)
     for m in (matrix(), matrix().T.tocsr()):
         pattern = SparseMatrix.from_scipy(m, kernels=kernels).pattern
-        for op in ("spmm", "sddmm"):
+        for op, config in configs.items():
             for feat in (5, 16):
-                kernels.store.save(kernels.key(op, pattern, feat), Choice(PANELS, 0.0, 0, None, None, "tuned"))
+                kernels.store.save(kernels.key(op, pattern, feat), Choice(config, 0.0, 0, None, None, "tuned"))
     return kernels
+
+
+@pytest.fixture(scope="module")
+def panel_kernels(tmp_path_factory):
+    """Kernels of a column-panel config (the layout reorders the values), chosen through the store."""
+    return stored_kernels(tmp_path_factory.mktemp("panels"), {"spmm": PANELS, "sddmm": PANELS})
 
 
 # SpMM on register blocks of 2 rows (the layout adds zero fill; SDDMM, which has no blocks, keeps PANELS).
@@ -76,14 +80,7 @@ BLOCKED = CPUConfig(i_tile=2, k_panel=0, k_parts=1, j_tile=16, loop_order=PANEL_
 @pytest.fixture(scope="module")
 def blocked_kernels(tmp_path_factory):
     """Kernels of a register-blocked SpMM config, chosen through the store."""
-    root = tmp_path_factory.mktemp("blocked")
-    kernels = TunedKernels("cpu", num_threads=1, cache_dir=root)
-    for m in (matrix(), matrix().T.tocsr()):
-        pattern = SparseMatrix.from_scipy(m, kernels=kernels).pattern
-        for op, config in (("spmm", BLOCKED), ("sddmm", PANELS)):
-            for feat in (5, 16):
-                kernels.store.save(kernels.key(op, pattern, feat), Choice(config, 0.0, 0, None, None, "tuned"))
-    return kernels
+    return stored_kernels(tmp_path_factory.mktemp("blocked"), {"spmm": BLOCKED, "sddmm": PANELS})
 
 
 @pytest.fixture(params=["baseline", "panels", "blocked"])
