@@ -11,7 +11,9 @@ corpus keeps each matrix in the part it has in the whole. COGNATE is trained on
 train with the featurizer trained end to end; validation picks the epoch.
 ``--init shipped|DIR`` starts from a saved model's weights instead (the shipped
 single-thread CPU model, for a dataset timed on several threads) and adds that
-model, as it is, to the methods. Every method is then scored on the test
+model, as it is, to the methods; an ``--init`` model fitted before knobs were appended to the space
+(CPU ``block_rows``) gets a new knob encoder fitted on all of them (`CognateCostModel.refit_knob_encoder`)
+before it is trained. Every method is then scored on the test
 matrices, each choosing among the configs measured on that matrix:
 
 - COGNATE (the shipped model), the XGBoost ranker, the best fixed config (one
@@ -98,6 +100,8 @@ def fit_cognate(train, val, space, args, init: CognateCostModel | None) -> Cogna
         model = init.with_locality_stats() if widen else copy.deepcopy(init)
         model.config = model.config.replace(**{**overrides, **changes})
         model.history = []
+        if model.encoder_for(space).width < len(space.knob_names):  # init predates knobs of the space
+            model.refit_knob_encoder(space)
     return model.fit(train, space=space, val_groups=val)
 
 

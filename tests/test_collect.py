@@ -88,6 +88,8 @@ def test_failing_configs_are_rows_and_chunks_resume(tmp_path):
     (["--corpus", "synthetic:2", "--pool", "-1"], "--pool must be >= 0"),
     (["--corpus", "synthetic:2", "--subset-max-rows", "10"], "no matrix of the corpus has a row count in that range"),
     (["--corpus", "synthetic:2", "--subset-min-rows", "10000000"], "no matrix of the corpus has a row count"),
+    (["--corpus", "synthetic:2", "--stratify", "colour"], "--stratify 'colour': not a field"),
+    (["--corpus", "synthetic:2", "--stratify", "block_rows", "--pool", "8"], "does not take --pool"),
 ])
 def test_bad_arguments_exit_2_with_a_clear_message(tmp_path, capsys, extra, message):
     assert main(ARGS + ["--out", str(tmp_path / "ds")] + extra) == 2
@@ -159,3 +161,16 @@ def test_cuda_collect_builds_for_the_arch_it_is_given():
     assert backend_options(make_parser().parse_args(base)) == {}
     args = make_parser().parse_args(base + ["--arch", "sm_90"])
     assert make_backend(args, **backend_options(args)).arch == "sm_90"
+
+
+def test_stratified_sample_gives_each_value_its_share():
+    """--stratify block_rows: a third of each matrix's sample per block size, seeded by matrix name."""
+    cpu = space.create("cpu", "spmm")
+    candidates = cpu.candidates(2)
+    sample = config_sample(cpu, 30, 0, "m1", None, candidates, "block_rows")
+    assert sample[0] == cpu.baseline() and len(sample) == 31
+    counts = {r: sum(c.block_rows == r for c in sample[1:]) for r in (1, 2, 4)}
+    assert counts == {1: 10, 2: 10, 4: 10}
+    assert all(c in set(candidates) for c in sample[1:]) and len(set(sample)) == len(sample)
+    assert config_sample(cpu, 30, 0, "m1", None, candidates, "block_rows") == sample
+    assert config_sample(cpu, 30, 0, "m2", None, candidates, "block_rows") != sample

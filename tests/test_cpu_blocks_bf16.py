@@ -162,6 +162,18 @@ def test_a_model_whose_encoder_is_too_narrow_is_refused():
         model.encoder_for(CPUSpace("spmm"))
 
 
+def test_refitting_the_encoder_of_a_model_from_before_the_knob():
+    """pretrain.py --init refits the knob encoder on all five knobs: blocked twins then differ."""
+    from cognate_tvm.model import load_pretrained
+
+    model = load_pretrained("spmm", "cpu")
+    space = CPUSpace("spmm")
+    assert model.refit_knob_encoder(space).width == len(space.knob_names)
+    twins = [dataclasses.replace(BLOCKED[1], block_rows=1), BLOCKED[1]]
+    scores = model.predict(SMALL_MATRICES["banded"](), twins, space=space, feat=64)
+    assert scores[0] != pytest.approx(scores[1])
+
+
 def test_a_new_model_sees_the_knob():
     from cognate_tvm.model.cognate import CognateCostModel
 

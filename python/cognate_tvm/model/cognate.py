@@ -152,6 +152,15 @@ class CognateCostModel(RankingModel):
         self.net.set_encoder(platform, encoder)
         return encoder
 
+    def refit_knob_encoder(self, space: Space) -> KnobEncoder:
+        """A new knob encoder of `space`'s platform fitted on all of the space's knobs, in place of the
+        model's: for a model fitted before knobs were appended to the space. The codes the predictor
+        reads change with it, so train the model again afterwards."""
+        if self.net.has_encoder(space.platform):
+            del self.net.encoders[self.net._key(space.platform)]
+        self._narrow_warned.discard(space.platform)
+        return self.encoder_for(space)
+
     def __deepcopy__(self, memo):
         """A deep copy that shares the pattern cache: a pattern depends on the matrix and the featurizer's
         `max_points` and `locality` only, never on weights, and a 1000-matrix pool's patterns take ~1.3 GB
