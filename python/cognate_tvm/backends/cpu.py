@@ -208,6 +208,7 @@ class KernelOperands:
 
     def __init__(self, op: Op, matrix: sp.csr_matrix, feat: int, dense: list[np.ndarray], dtype: str = "float32"):
         self.op, self.matrix, self.feat, self.dense, self.dtype = op, matrix, feat, dense, dtype
+        self._stored: list[np.ndarray] | None = None
         self._sparse: dict[tuple, object] = {}
         self._padded: dict[int, list[np.ndarray]] = {}
 
@@ -230,19 +231,27 @@ class KernelOperands:
         call_args.append(tvm.runtime.tensor(args[-1], device))
         return call_args
 
+    def stored_dense(self) -> list[np.ndarray]:
+        """The dense operands as the kernels multiply them (rounded once when stored in bfloat16): what the
+        output check compares against."""
+        if self._stored is None:
+            from ..kernels.cpu import dense_numpy_dtype
+
+            element = dense_numpy_dtype(self.dtype)
+            self._stored = self.dense if self.dtype == "float32" else [
+                d.astype(element).astype(np.float32) for d in self.dense]
+        return self._stored
+
     def first_run(self, config: CPUConfig, call_args: list, first_s: float, *, check: bool, timeout_s: float,
                   extra: dict) -> tuple[bool | None, MeasureResult | None]:
         """What the first run (`first_s` seconds, its output in `call_args`' last) says: whether the output
         matches scipy (with `check`, else None), and a failed result when it took over `timeout_s`."""
-        from ..kernels.cpu import dense_numpy_dtype, unpad_output
+        from ..kernels.cpu import unpad_output
 
         correct = None
         if check:
             output = unpad_output(self.op, call_args[-1].numpy(), self.feat)
-            # the kernel multiplies the operands as stored: compare with scipy on those
-            element = dense_numpy_dtype(self.dtype)
-            stored = [d.astype(element).astype(np.float32) for d in self.dense]
-            correct = check_output(self.op, self.matrix, stored, output)
+            correct = check_output(self.op, self.matrix, self.stored_dense(), output)
         if first_s > timeout_s:
             return correct, MeasureResult(config, None, correct=correct, extra=extra,
                                           error=f"timeout: one call took {first_s:.2f} s > {timeout_s} s")

@@ -279,8 +279,7 @@ class _NestGenerator:
         self.open(f"for rr in T.unroll({rows}):")
         self.open(f"for jv in T.vectorized({self.lanes}):")
         self.w(self.depth, f"acc[{lane}] = acc[{lane}] + vals[{self.nz()} * {rows} + rr] * {b}")
-        self.close(3 if chunks else 2)
-        self.close(1)
+        self.close(4 if chunks else 3)
         row = f"{self.row()} * {rows} + rr"
         self.open(f"for rr in T.unroll({rows}):")
         self.open(f"if {row} < m:")
@@ -409,13 +408,15 @@ def panel_permutation(matrix: sp.csr_matrix, width: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SparseOperand:
-    """The format a config needs: (column-panel) CSR arrays and, for SDDMM, the permutation."""
+    """The format a config needs: (column-panel or row-block) CSR arrays, for SDDMM with column panels the
+    permutation, and for row blocks where each stored value comes from (`formats.RowBlockCSR.pos`)."""
 
     npanels: int
     indptr: np.ndarray
     indices: np.ndarray
     vals: np.ndarray
     perm: np.ndarray | None
+    block_pos: np.ndarray | None = None
 
 
 def prepare_sparse(op: str | Op, matrix: sp.csr_matrix, config: CPUConfig) -> SparseOperand:
@@ -424,7 +425,7 @@ def prepare_sparse(op: str | Op, matrix: sp.csr_matrix, config: CPUConfig) -> Sp
     rows, cols = matrix.shape
     if config.block_rows > 1:
         blocks = row_blocks(matrix, config.block_rows)
-        return SparseOperand(1, blocks.indptr, blocks.indices, blocks.data, None)
+        return SparseOperand(1, blocks.indptr, blocks.indices, blocks.data, None, blocks.pos)
     if config.single_panel:
         return SparseOperand(1, np.ascontiguousarray(matrix.indptr, dtype=np.int32),
                              np.ascontiguousarray(matrix.indices, dtype=np.int32),

@@ -92,7 +92,6 @@ class CPURunner(Runner):
 
     def __init__(self, op: str, matrix: sp.csr_matrix, config, feat: int, module, device: torch.device,
                  dtype: str = "float32"):
-        from ..formats import row_blocks
         from ..kernels.cpu import panel_permutation, prepare_sparse
 
         super().__init__(op, matrix, config, feat, device)
@@ -103,8 +102,8 @@ class CPURunner(Runner):
         # Column panels and register blocks reorder the nonzeros (blocks also add zero fill); the SDDMM
         # kernel scatters back through `perm`.
         self.order, self.fill = None, None
-        if config.block_rows > 1:
-            pos = row_blocks(matrix, config.block_rows).pos
+        if sparse.block_pos is not None:
+            pos = sparse.block_pos
             self.order, self.fill = self._index(np.maximum(pos, 0)), self._index(pos >= 0)
         elif not config.single_panel:
             self.order = self._index(
