@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from cognate_tvm import backends, executors, space
-from cognate_tvm.collect import config_sample
+from cognate_tvm.space.sampling import config_sample
 from cognate_tvm.data import collect, load_frame
 from cognate_tvm.matrix import generate
 from cognate_tvm.matrix.corpus import load_corpus

@@ -29,7 +29,7 @@ threads:
   the fastest of those only in the knobs `row_order` / `block_rows` (where the config has them), all
   measured with ``check=True``, only correct results kept. The `--finalists` (3) fastest of that sweep
   are timed again below and the fastest there is "best of space (sampled)".
-- tune's pick: `cognate_tvm.tuner.tune` as ``python -m cognate_tvm.tune`` runs it by default (the
+- tune's pick: `cognate_tvm.tuning.tune` as ``python -m cognate_tvm.tune`` runs it by default (the
   adaptive search, the baseline + 7 measured, the winner checked).
 - side by side: the baseline, the finalists and tune's pick are timed again in one
   `backends.base.measure_side_by_side` call per matrix, `--rounds` (5) rounds with the order
@@ -78,7 +78,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from cognate_tvm import backends, space, tuner
+from cognate_tvm import backends, space, tuning
 from cognate_tvm.backends.base import measure_side_by_side, rotated_order
 from cognate_tvm.backends.vendor import MKLLibrary, mkl_available
 from cognate_tvm.matrix import as_csr
@@ -236,8 +236,8 @@ def sweep(measure, cpu_space, candidates: list, *, count: int, seed: int, desc: 
 def _batched(measure, configs: list, *, desc: str) -> list:
     results = []
     with tqdm(total=len(configs), desc=desc, unit="config", file=sys.stderr, leave=False) as bar:
-        for start in range(0, len(configs), tuner.BATCH):
-            batch = configs[start:start + tuner.BATCH]
+        for start in range(0, len(configs), tuning.BATCH):
+            batch = configs[start:start + tuning.BATCH]
             results += measure(batch, True)
             bar.update(len(batch))
     for r in results:
@@ -380,8 +380,8 @@ def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, b
                sweep_best_config=None if not good else min(good, key=lambda r: r.time_ms).config.to_dict(),
                sweep_best_ms=None if not good else min(r.time_ms for r in good))
 
-    tuned = tuner.tune(SPMM, matrix, backend=backend, feat=feat, seed=seed, pretrained_root=args.pretrained_dir,
-                       name=name)
+    tuned = tuning.tune(SPMM, matrix, backend=backend, feat=feat,
+                        options=tuning.TuneOptions(seed=seed, pretrained_root=args.pretrained_dir, name=name))
     tune_pick = tuned.chosen.config if tuned.chosen is not None else None
     row.update(tune_measurements=len(tuned.measured), tune_notes=list(tuned.notes))
 

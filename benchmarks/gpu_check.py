@@ -250,12 +250,12 @@ def transfer(op: str, rows: list, finetune: int, samples: int, seed: int, *, epo
 
 def load_models(ops=OPS) -> dict:
     """op -> (model, source, notes): the shipped GPU model, else the CPU one zero-shot (notes say which)."""
-    from cognate_tvm import tuner
+    from cognate_tvm.model.loading import load_shipped_model
 
     models = {}
     for op in ops:
         try:
-            models[op] = tuner.load_shipped_model(op, "gpu")
+            models[op] = load_shipped_model(op, "gpu")
         except Exception as err:  # noqa: BLE001 - recorded; tune is then skipped for the op
             models[op] = (None, f"no model: {type(err).__name__}: {err}", [])
     return models
@@ -264,17 +264,18 @@ def load_models(ops=OPS) -> dict:
 def tune_one(timer, op: str, row: dict, model, source: str, seed: int) -> dict:
     """`tune --target cuda` as a user runs it (the shipped model's ranking, its default measurements),
     on a matrix of the sweep; its pick is timed again beside the sweep's best in `careful_row`."""
-    from cognate_tvm import tuner
+    from cognate_tvm import tuning
 
     t0 = time.perf_counter()
     try:
-        tuned = tuner.tune(op, row["matrix"], backend=timer, feat=row["feat"], model=model, model_source=source,
-                           seed=seed, name=row["name"])
+        tuned = tuning.tune(op, row["matrix"], backend=timer, feat=row["feat"],
+                            options=tuning.TuneOptions(model=model, model_source=source, seed=seed,
+                                                       name=row["name"]))
     except Exception as err:  # noqa: BLE001 - recorded; the other matrices still run
         log.exception("tune %s on %s failed", op, row["name"])
         return {"error": f"{type(err).__name__}: {err}", "seconds": time.perf_counter() - t0}
     chosen = tuned.chosen
-    return {"config": None if chosen is None else chosen.config, "time_ms": tuner.chosen_time_ms(tuned),
+    return {"config": None if chosen is None else chosen.config, "time_ms": tuning.chosen_time_ms(tuned),
             "measurements": len(tuned.measured), "failed": len(tuned.failed), "model": tuned.model_source,
             "notes": list(tuned.notes), "seconds": time.perf_counter() - t0}
 

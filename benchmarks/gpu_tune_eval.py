@@ -5,9 +5,9 @@
 
 For each op, the shipped model (`load_pretrained(op, "gpu")`) and the matrices of the sweep
 dataset that are neither its training nor its validation matrices (the ``split.json``
-beside the model): the real `tuner.tune` runs on a `ReplayBackend` of the sweep (every
+beside the model): the real `tuning.tune` runs on a `ReplayBackend` of the sweep (every
 config's recorded time) with its defaults, once per search strategy of ``--searches``
-(`cognate_tvm.search`; the first is `tune`'s default); it chooses the fastest config it
+(`cognate_tvm.tuning.search`; the first is `tune`'s default); it chooses the fastest config it
 measured. Each number is a geomean over the held-out matrices of the swept best time / the
 time of:
 
@@ -34,8 +34,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from cognate_tvm import search as search_strategies
-from cognate_tvm import tuner
+from cognate_tvm.tuning import search as search_strategies
+from cognate_tvm import tuning
 from cognate_tvm.backends.replay import ReplayBackend
 from cognate_tvm.data import load_frame
 from cognate_tvm.metrics import geomean
@@ -105,8 +105,8 @@ def evaluate_op(op: str, data: str, root: Path, draws: int,
                "top5": best / min(times[c] for c in ranked[:TOP_K]), "fixed": best / times[fixed],
                "random48": random_best(array, g.configs.index(baseline), 47, draws, n), "oracle": 1.0}
         for s in searches:
-            tuned = tuner.tune(op, g.matrix, backend=backend, feat=g.feat, pretrained_root=root, name=g.name,
-                               search=s)
+            tuned = tuning.tune(op, g.matrix, backend=backend, feat=g.feat,
+                                options=tuning.TuneOptions(pretrained_root=root, name=g.name, search=s))
             measured = len({m.config for m in tuned.measured})
             row.update({f"tune_{s}": best / times[tuned.chosen.config], f"measured_{s}": measured,
                         f"random_same_{s}": random_best(array, g.configs.index(baseline), measured - 1, draws, n),

@@ -125,7 +125,7 @@ def shipped_fixed_config(op: str, feat: int, threads: int, pretrained_root) -> s
     """The best fixed config (JSON) of the model `CognateModel()` loads, over that model's training
     matrices, among the configs the searches can measure; None when it keeps none."""
     from cognate_tvm.metaschedule import reachable_configs, shipped_platform
-    from cognate_tvm.tuner import load_shipped_model
+    from cognate_tvm.model.loading import load_shipped_model
 
     space = create_space("cpu", op)
     model, _, _ = load_shipped_model(op, shipped_platform(op, threads, root=pretrained_root),

@@ -42,7 +42,7 @@ from cognate_tvm.metaschedule import METASCHEDULE_PLATFORM, reachable_configs
 from cognate_tvm.model.pretrained import CARD_FILE, PRETRAINED_DIR, model_card, threaded_platform
 from cognate_tvm.space.cpu import CPUSpace
 from cognate_tvm.train import evaluate as evaluate_group_set
-from cognate_tvm.tuner import load_shipped_model
+from cognate_tvm.model.loading import load_shipped_model
 from common import setup_logging
 
 log = logging.getLogger("metaschedule_finetune")

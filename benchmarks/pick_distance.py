@@ -34,7 +34,7 @@ from cognate_tvm.model.cognate import CognateCostModel
 from cognate_tvm.model.pretrained import PRETRAINED_DIR
 from cognate_tvm.space import create as create_space
 from cognate_tvm.transfer import SIZES, evaluation_split  # the transfer protocol's corpus and split
-from cognate_tvm.tuner import pick_top
+from cognate_tvm.tuning import pick_top
 from common import setup_logging
 
 log = logging.getLogger("pick_distance")
@@ -43,7 +43,7 @@ DEFAULT_MODELS = ("{op}-spade", "{op}-cpu-2t", "{op}-cpu")
 
 def tune_like(configs, times, scores, space, model, k: int, distance: int) -> float:
     """Best of the baseline, the model's first best fixed config and k - 1 diverse picks (what
-    `tuner.pick_top` has `tune` measure), over the oracle; `times` and `scores` in `configs` order."""
+    `tuning.pick_top` has `tune` measure), over the oracle; `times` and `scores` in `configs` order."""
     ranked = [configs[i] for i in np.argsort(scores, kind="stable")]
     baseline = space.baseline()
     picks, _ = pick_top(model, space, ranked, measured={baseline}, top_k=k, fixed=1, min_distance=distance)

@@ -96,7 +96,7 @@ from typing import Sequence
 import numpy as np
 
 from cognate_tvm import baselines
-from cognate_tvm.collect import config_sample
+from cognate_tvm.space.sampling import config_sample
 from cognate_tvm.data import Group, collect, groups_from_frame, load_frame, select, split_by_matrix
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.model import ModelConfig

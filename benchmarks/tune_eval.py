@@ -4,9 +4,9 @@ For each of `--matrices` generated matrices (all families in turn, rows drawn
 in [--min-rows, --max-rows], seeds from EVAL_SEED = 9,000,000 on, which no
 corpus of the project uses, so the shipped model never saw them):
 
-- tune: `cognate_tvm.tuner.tune` as `python -m cognate_tvm.tune` runs it by
+- tune: `cognate_tvm.tuning.tune` as `python -m cognate_tvm.tune` runs it by
   default (`--search adaptive`: baseline + 7 measured in rounds, the model
-  fine-tuned on this matrix's measurements between them; `cognate_tvm.search`),
+  fine-tuned on this matrix's measurements between them; `cognate_tvm.tuning.search`),
   `--fixed` (1) of the first round the model's best fixed configs (from its
   training data; the ranked ones differ pairwise in `--diversity` knobs, by default
   the platform's `Space.pick_distance`), the winner is checked against scipy;
@@ -66,12 +66,12 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from cognate_tvm import baselines, space, tuner
+from cognate_tvm import baselines, space, tuning
 from cognate_tvm.backends.base import measure_side_by_side, pick_checked
 from cognate_tvm.matrix import load_matrix
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.ops import get_op
-from cognate_tvm.search import DEFAULT_STRATEGY, STRATEGIES
+from cognate_tvm.tuning.search import DEFAULT_STRATEGY, STRATEGIES
 from common import SPLITS, add_matrix_arguments, eval_matrices, present_geomean, setup_logging, split_part
 
 EVAL_SEED = 9_000_000
@@ -79,14 +79,14 @@ log = logging.getLogger("tune_eval")
 
 
 def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, pretrained_root, vendor,
-                    oracle=False, budget=0, fixed=tuner.DEFAULT_FIXED, diversity=None, search="adaptive",
+                    oracle=False, budget=0, fixed=tuning.DEFAULT_FIXED, diversity=None, search="adaptive",
                     beside_budget=0) -> dict:
     op = get_op(op)
     platform_space = space.create(backend.platform, op.name)
     def run_tune(**changes):  # tune as evaluated, with some of its options changed
-        options = dict(backend=backend, feat=feat, top_k=top_k, seed=seed, fixed=fixed, search=search,
-                       pretrained_root=pretrained_root, name=name, budget=budget, diversity=diversity)
-        return tuner.tune(op, matrix, **{**options, **changes})
+        options = tuning.TuneOptions(top_k=top_k, seed=seed, fixed=fixed, search=search,
+                                     pretrained_root=pretrained_root, name=name, budget=budget, diversity=diversity)
+        return tuning.tune(op, matrix, backend=backend, feat=feat, options=options.replace(**changes))
 
     start = time.perf_counter()
     tuned = run_tune(oracle=oracle)
@@ -95,10 +95,10 @@ def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, p
     ranking = run_tune(fixed=0) if fixed else tuned
     budgeted = run_tune(budget=beside_budget) if beside_budget and not budget else None
     candidates = platform_space.candidates(backend.kernel_threads())
-    train_fixed = next(iter(tuner.fixed_candidates(tuned.model, platform_space, candidates)), None)
+    train_fixed = next(iter(tuning.fixed_candidates(tuned.model, platform_space, candidates)), None)
     baseline = platform_space.baseline()
     sample = [baseline] + [c for c in platform_space.sample(random_k + 1, seed + 1) if c != baseline][:random_k]
-    sweep = tuner.measure_configs(backend, op, matrix, sample, feat, seed=seed)
+    sweep = tuning.measure_configs(backend, op, matrix, sample, feat, seed=seed)
     random_pick = pick_checked(backend, op, matrix, sweep, feat, seed=seed)
     tune_choice = tuned.chosen.config if tuned.chosen is not None else None
     random_choice = random_pick.best.config if random_pick.best is not None else None
@@ -120,7 +120,7 @@ def evaluate_matrix(name, matrix, *, op, backend, feat, top_k, random_k, seed, p
     if tuned.oracle is not None:
         row.update(oracle_report(tuned.oracle))
     if vendor:
-        v = tuner.vendor_report(backend, op, matrix, feat, seed)
+        v = tuning.vendor_report(backend, op, matrix, feat, seed)
         row.update(vendor=v["name"], vendor_method=v["method"], vendor_ms=v["time_ms"])
     return row
 
@@ -370,11 +370,11 @@ def main(argv=None) -> int:
                         help="with --corpus: only this part of the corpus's train / validation / test split "
                              "(the one benchmarks/pretrain.py makes; default: every matrix)")
     parser.add_argument("--split-seed", type=int, default=0, help="the split's seed (pretrain.py's --split-seed)")
-    parser.add_argument("--fixed", type=int, default=tuner.DEFAULT_FIXED,
+    parser.add_argument("--fixed", type=int, default=tuning.DEFAULT_FIXED,
                         help="of the top-k, the model's best fixed configs (tune's --fixed)")
     parser.add_argument("--diversity", type=int, default=None,
                         help="tune's ranked picks differ pairwise in this many knobs (default: the platform's)")
-    parser.add_argument("--budget", type=int, default=tuner.DEFAULT_BUDGET,
+    parser.add_argument("--budget", type=int, default=tuning.DEFAULT_BUDGET,
                         help="tune --budget: sampled configs measured to fine-tune the model before ranking")
     parser.add_argument("--beside-budget", type=int, default=8,
                         help="also run tune --budget N beside the default (N sampled configs measured and the "
@@ -397,7 +397,7 @@ def main(argv=None) -> int:
     setup_logging()
     args.out.mkdir(parents=True, exist_ok=True)
     options = {"num_threads": args.threads} if args.threads and args.target == "llvm" else {}
-    backend = tuner.create_backend(args.target, **options)
+    backend = tuning.create_backend(args.target, **options)
     results_path = args.out / "results.jsonl"
     done = {}
     if results_path.is_file():

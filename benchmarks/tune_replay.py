@@ -4,10 +4,10 @@ Every method picks among the configs recorded on a matrix and scores the recorde
 time of its pick as a fraction of the matrix's recorded best (1.0: it found the
 best); nothing is timed, so the comparison is free of noise. Methods:
 
-- ``oneshot``: `tuner.tune(search="oneshot")`, one ranking, one batch (baseline + 5);
-- ``adaptive``: `tuner.tune()`'s default, rounds of measure -> fine-tune -> re-rank
+- ``oneshot``: `tuning.tune(search="oneshot")`, one ranking, one batch (baseline + 5);
+- ``adaptive``: `tuning.tune()`'s default, rounds of measure -> fine-tune -> re-rank
   (baseline + 7), and any ``adaptive:KEY=VALUE,...`` variant given with --variant;
-- ``budget``: `tuner.tune(search="oneshot", budget=N)` (baseline + N sampled + 5);
+- ``budget``: `tuning.tune(search="oneshot", budget=N)` (baseline + N sampled + 5);
 - ``random_same``: the baseline and as many random configs as adaptive measured
   (expected over --draws seeded draws);
 - ``random48``: the baseline and 48 random configs (the same, expected);
@@ -39,13 +39,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from cognate_tvm import space as spaces, tuner
+from cognate_tvm import space as spaces, tuning
+from cognate_tvm.model.loading import load_shipped_model
 from cognate_tvm.backends.replay import ReplayBackend
 from cognate_tvm.data import load_frame
 from cognate_tvm.matrix import generate_corpus
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.metrics import mean_log_slowdown
-from cognate_tvm.search import Adaptive
+from cognate_tvm.tuning.search import Adaptive
 from common import SPLITS, split_part
 
 log = logging.getLogger("tune_replay")
@@ -97,8 +98,10 @@ def variant(spec: str):
 
 def run_tune(label, strategy, *, op, matrix, name, backend, model, feat, candidates, budget=0, diversity=None):
     start = time.perf_counter()
-    tuned = tuner.tune(op, matrix, backend=backend, feat=feat, model=copy.deepcopy(model), model_source="shipped",
-                       search=strategy, candidates=candidates, budget=budget, name=name, diversity=diversity)
+    tuned = tuning.tune(op, matrix, backend=backend, feat=feat,
+                        options=tuning.TuneOptions(model=copy.deepcopy(model), model_source="shipped", search=strategy,
+                                                   candidates=candidates, budget=budget, name=name,
+                                                   diversity=diversity))
     chosen = tuned.chosen
     return {f"{label}_ms": None if chosen is None else chosen.time_ms,
             f"{label}_measured": len(tuned.measured), f"{label}_seconds": round(time.perf_counter() - start, 2),
@@ -116,7 +119,7 @@ def expected_random(times: np.ndarray, baseline_ms: float, k: int, draws: int, r
 def evaluate(args) -> dict:
     backend, matrices, tables = (gpu_workload if args.gpu_sweep else cpu_workload)(args)
     platform_space = spaces.create(backend.platform, args.op)
-    model, source, notes = tuner.load_shipped_model(args.op, backend.platform, threads=backend.kernel_threads(),
+    model, source, notes = load_shipped_model(args.op, backend.platform, threads=backend.kernel_threads(),
                                                     root=args.pretrained_dir)
     feat = next(iter(backend.recorded))[2]
     strategies = [("oneshot", "oneshot"), ("adaptive", "adaptive")] + [variant(v) for v in args.variant]
@@ -139,7 +142,7 @@ def evaluate(args) -> dict:
         rng = np.random.default_rng([args.seed, n])
         row["random_same"] = expected_random(array, baseline, row["adaptive_measured"] - 1, args.draws, rng)
         row["random48"] = expected_random(array, baseline, 48, args.draws, rng)
-        fixed = next(iter(tuner.fixed_candidates(model, platform_space, candidates)), None)
+        fixed = next(iter(tuning.fixed_candidates(model, platform_space, candidates)), None)
         row["train_fixed_ms"] = times.get(fixed)
         row["best_fixed_ms"] = best_fixed_ms(name, {c.to_json(): t for c, t in times.items()}, tables)
         rows.append(row)

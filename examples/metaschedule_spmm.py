@@ -12,7 +12,7 @@ from cognate_tvm import CognateModel
 from cognate_tvm.kernels.cpu import cpu_target
 from cognate_tvm.matrix import load_matrix
 from cognate_tvm.metaschedule import sparse_module, time_module, tune_sparse
-from cognate_tvm.tuner import EXAMPLE_MATRIX
+from cognate_tvm.matrix import EXAMPLE_MATRIX
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--matrix", default=EXAMPLE_MATRIX)

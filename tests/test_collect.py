@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from cognate_tvm import space
-from cognate_tvm.collect import config_sample, main
+from cognate_tvm.collect import main
+from cognate_tvm.space.sampling import config_sample
 from cognate_tvm.data import collect, load_frame
 from cognate_tvm.matrix.corpus import CorpusSpecError, load_corpus
 from cognate_tvm.matrix import generate, save_matrix

@@ -218,7 +218,7 @@ def test_whole_gpu_flow_on_a_fake_backend(gc, monkeypatch, tmp_path):
     assert not any(check for op, n, check in fake.measured if n == SWEEP_CHUNK)
     # tune ran as a user runs it (the baseline and the default search's measurements), on every matrix,
     # with the model it says it used
-    from cognate_tvm.search import Adaptive
+    from cognate_tvm.tuning.search import Adaptive
 
     for m in data["matrices"]:
         for op in gc.OPS:

@@ -255,7 +255,7 @@ def test_gpu_without_a_usable_tvm_runtime_is_an_error_not_no_gpu(monkeypatch):
     from cognate_tvm.backends import cuda as bcuda
 
     reason = "OSError: libcudart.so.13: cannot open shared object file: No such file or directory"
-    monkeypatch.setattr(bcuda.kcuda, "cuda_runtime_status", lambda device_id=0: {
+    monkeypatch.setattr(kcuda, "cuda_runtime_status", lambda device_id=0: {
         "driver_gpus": 1, "driver": "the NVIDIA driver reports 1 GPU(s)", "tvm_runtime_error": reason,
         "tvm_device": False, "compile_mode": "nvcc", "nvcc": None})
     with pytest.raises(DeviceUnavailableError, match="cannot use it") as info:
@@ -425,7 +425,8 @@ def test_run_one_nan_fills_and_checks_warm_up_and_every_timed_sample(op):
     """
     import tvm
 
-    from cognate_tvm.backends.cuda import CUDABackend, _RunContext
+    from cognate_tvm.backends.cuda import CUDABackend
+    from cognate_tvm.backends.cuda.backend import _RunContext
 
     op_ = get_op(op)
     matrix = _edge_matrices()["graph"]

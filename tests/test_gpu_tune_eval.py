@@ -32,7 +32,7 @@ def test_each_search_gets_its_tune_and_same_count_random_rows():
 
 
 def test_every_search_is_run_by_default_the_default_first():
-    from cognate_tvm import search
+    from cognate_tvm.tuning import search
 
     searches = _load("gpu_tune_eval").default_searches()
     assert searches[0] == search.DEFAULT_STRATEGY and sorted(searches) == sorted(search.STRATEGIES)

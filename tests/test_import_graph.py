@@ -15,7 +15,7 @@ it) sits on one layer of `LAYERS`, lowest first:
 2. what reads matrices and spaces only: ``data``, ``metrics``, ``mapper``, ``simulator``, ``sweeps``, ``train``
    (the loops take any model; the model imports them), ``kernels``;
 3. ``model`` and ``backends``;
-4. what composes them: ``baselines``, ``search`` (tune's search strategies), ``tuner``;
+4. what composes them: ``baselines``, ``tuning`` (tune, its options, search strategies, re-timing, oracle);
 5. the front ends: ``metaschedule``, ``transfer``, ``torch`` (PyTorch operators), ``measure``, ``collect``,
    ``tune``, ``cli``.
 
@@ -37,7 +37,7 @@ LAYERS = (
     ("ops", "matrix", "space", "formats", "executors", "tvm_intrinsics"),
     ("data", "metrics", "mapper", "simulator", "train", "kernels", "sweeps"),
     ("model", "backends"),
-    ("baselines", "search", "tuner"),
+    ("baselines", "tuning"),
     ("metaschedule", "transfer", "torch", "measure", "collect", "tune", "cli"),
 )
 

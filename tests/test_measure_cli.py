@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from cognate_tvm import measure, tuner
+from cognate_tvm import measure
+from cognate_tvm.matrix import EXAMPLE_MATRIX
 from cognate_tvm.matrix import save_matrix
 
 
@@ -75,7 +76,7 @@ def test_unknown_op_or_target(capsys, argv, message):
 
 
 def test_default_matrix_is_bundled():
-    assert tuner.EXAMPLE_MATRIX.is_file()
+    assert EXAMPLE_MATRIX.is_file()
 
 
 def test_bfloat16_dense_operands(capsys, tmp_path, small_matrices):

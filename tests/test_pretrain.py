@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from cognate_tvm import baselines, space
-from cognate_tvm.collect import config_sample
+from cognate_tvm.model.loading import load_shipped_model
+from cognate_tvm.space.sampling import config_sample
 from cognate_tvm.data import collect, load_frame
 from cognate_tvm.errors import ModelVersionError, PretrainedNotFoundError
 from cognate_tvm.matrix.corpus import load_corpus
@@ -187,7 +188,7 @@ class TwoThreadBackend(FakeBackend):
 
 
 def test_init_fine_tunes_a_shipped_model_on_two_thread_data_shipped_as_its_own_variant(shipped, tmp_path):
-    from cognate_tvm import tuner
+
 
     cpu = space.create("cpu", "spmm")
     corpus = "synthetic:12:3"
@@ -211,13 +212,13 @@ def test_init_fine_tunes_a_shipped_model_on_two_thread_data_shipped_as_its_own_v
     assert "timed on 2 thread(s)" in card and "spmm-cpu-2t" in card and "--init" in card
     assert available_pretrained(root=models) == [("spmm", "cpu"), ("spmm", "cpu-2t")]
     # tune and CognateModel load the variant of the kernels' thread count, else the closest, with a note
-    _, source, notes = tuner.load_shipped_model("spmm", "cpu", root=models, threads=2)
+    _, source, notes = load_shipped_model("spmm", "cpu", root=models, threads=2)
     assert source == str(models / "spmm-cpu-2t") and notes == []
-    _, source, notes = tuner.load_shipped_model("spmm", "cpu", root=models, threads=8)
+    _, source, notes = load_shipped_model("spmm", "cpu", root=models, threads=8)
     assert source == str(models / "spmm-cpu-2t") and "trained on 2-thread timings" in notes[0]
-    _, source, notes = tuner.load_shipped_model("spmm", "cpu", root=models, threads=1)
+    _, source, notes = load_shipped_model("spmm", "cpu", root=models, threads=1)
     assert source == str(models / "spmm-cpu") and notes == []
-    _, source, notes = tuner.load_shipped_model("spmm", "cpu", root=shipped / "models", threads=2)
+    _, source, notes = load_shipped_model("spmm", "cpu", root=shipped / "models", threads=2)
     assert source == str(shipped / "models" / "spmm-cpu") and "trained on 1-thread timings" in notes[0]
 
 
@@ -242,12 +243,12 @@ def test_missing_pair_and_other_version_give_clear_errors(shipped):
 def test_shipped_cpu_models_load_and_rank(op, platform):
     """The package ships a pre-trained CPU model of each op for 1 and 2 threads, small, with a model card;
     tune loads the one of the kernels' thread count."""
-    from cognate_tvm import tuner
+
 
     model = load_pretrained(op, platform)
     path = pretrained_path(op, platform)
     threads = 2 if platform == "cpu-2t" else 1
-    assert tuner.load_shipped_model(op, "cpu", threads=threads)[1:] == (str(path), [])
+    assert load_shipped_model(op, "cpu", threads=threads)[1:] == (str(path), [])
     assert sum(f.stat().st_size for f in path.iterdir()) < 10 * 2**20
     assert "Rebuild: `python benchmarks/pretrain.py" in (path / "MODEL_CARD.md").read_text()
     cpu = space.create("cpu", op)

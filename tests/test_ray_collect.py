@@ -18,7 +18,8 @@ import ray
 
 from cognate_tvm import executors, space
 from cognate_tvm.backends.spade import SpadeBackend
-from cognate_tvm.collect import config_sample, main
+from cognate_tvm.collect import main
+from cognate_tvm.space.sampling import config_sample
 from cognate_tvm.data import collect, load_frame
 from cognate_tvm.matrix import generate
 from cognate_tvm.matrix.corpus import load_corpus

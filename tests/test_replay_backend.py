@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cognate_tvm import space, tuner
+from cognate_tvm import space, tuning
+from cognate_tvm.model.loading import load_shipped_model
 from cognate_tvm.backends.replay import NOT_RECORDED, ReplayBackend
 from cognate_tvm.data import COLUMNS, matrix_hash
 from cognate_tvm.matrix import generate
@@ -75,12 +76,12 @@ def test_tune_runs_offline_on_a_recorded_sweep(shipped):
     """The real tune, on replayed times: every measured config that was recorded has its recorded time."""
     cpu = space.create("cpu", "spmm")
     matrix = generate("rmat", 200, seed=1)
-    model_ranking = tuner.load_shipped_model("spmm", "cpu", root=shipped, threads=2)[0]
+    model_ranking = load_shipped_model("spmm", "cpu", root=shipped, threads=2)[0]
     ranked = model_ranking.rank(matrix, cpu.candidates(2), space=cpu, feat=16)
     recorded = [cpu.baseline()] + ranked[:40]
     times = {c: 1.0 + (n % 7) / 10 for n, c in enumerate(recorded)}
     backend = ReplayBackend.from_frame(_frame(matrix, list(times), list(times.values())))
-    tuned = tuner.tune("spmm", matrix, backend=backend, feat=16, pretrained_root=shipped)
+    tuned = tuning.tune("spmm", matrix, backend=backend, feat=16, options=tuning.TuneOptions(pretrained_root=shipped))
     assert tuned.baseline.time_ms == times[cpu.baseline()]
     for r in tuned.measured:
         assert r.time_ms == times.get(r.config) and (r.ok == (r.config in times))

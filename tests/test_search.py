@@ -4,7 +4,8 @@ import zlib
 import numpy as np
 import pytest
 
-from cognate_tvm import search, space, tuner
+from cognate_tvm import space, tuning
+from cognate_tvm.tuning import search
 from cognate_tvm.backends.base import MeasureResult
 from cognate_tvm.backends.replay import ReplayBackend
 from cognate_tvm.errors import UnknownKindError
@@ -137,15 +138,17 @@ def test_tune_adapts_by_default_on_any_target(shipped):
     matrix = generate("rmat", 300, seed=2)
     times = {c: 1.0 + zlib.crc32(c.to_json().encode()) % 1000 / 100 for c in gpu.configs()}
     backend = ReplayBackend.from_timings({"m": times}, matrices={"m": matrix}, op="spmm", feat=16, platform="gpu")
-    tuned = tuner.tune("spmm", matrix, backend=backend, feat=16, pretrained_root=shipped)
+    tuned = tuning.tune("spmm", matrix, backend=backend, feat=16, options=tuning.TuneOptions(pretrained_root=shipped))
     assert tuned.search == "adaptive" and tuned.rounds == [3, 2, 2] and len(tuned.measured) == 8
     assert tuned.finetuned and tuned.chosen.time_ms == min(r.time_ms for r in tuned.measured)
-    report = tuner.tune_report(tuned, op="spmm", target="cuda", feat=16, matrix_path="m", matrix=matrix, budget=0,
+    report = tuning.tune_report(tuned, op="spmm", target="cuda", feat=16, matrix_path="m", matrix=matrix, budget=0,
                                top_k=None)
     assert report["search"] == "adaptive" and report["top_k"] == 7 and report["rounds"] == [3, 2, 2]
-    oneshot = tuner.tune("spmm", matrix, backend=backend, feat=16, pretrained_root=shipped, search="oneshot")
+    oneshot = tuning.tune("spmm", matrix, backend=backend, feat=16,
+                          options=tuning.TuneOptions(pretrained_root=shipped, search="oneshot"))
     assert oneshot.search == "oneshot" and len(oneshot.measured) == 6 and not oneshot.finetuned
-    assert len(tuner.tune("spmm", matrix, backend=backend, feat=16, pretrained_root=shipped, top_k=4).measured) == 5
+    assert len(tuning.tune("spmm", matrix, backend=backend, feat=16,
+                           options=tuning.TuneOptions(pretrained_root=shipped, top_k=4)).measured) == 5
 
 
 def test_adaptive_local_takes_the_best_of_the_ranking_near_the_fastest_measured():

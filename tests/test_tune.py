@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from cognate_tvm import backends, space, tune, tuner
+from cognate_tvm import backends, space, tune, tuning
+from cognate_tvm.matrix import EXAMPLE_MATRIX
 from cognate_tvm.backends.base import WRONG_OUTPUT, MeasureResult, check_output
 from cognate_tvm.backends.spade import SpadeBackend
 from cognate_tvm.matrix import generate, load_matrix, save_matrix
@@ -135,13 +136,14 @@ def test_tune_picks_what_the_ranking_puts_first(matrix_path):
     spade = space.create("spade", "spmm")
     backend = SpadeBackend(workers=1)
     times = {r.config: r.time_ms for r in backend.measure("spmm", matrix, spade.configs(), FEAT)}
-    perfect = tuner.tune("spmm", matrix, backend=backend, feat=FEAT, model=_KnownRanking(times), top_k=2,
-                         oracle=True)
+    perfect = tuning.tune("spmm", matrix, backend=backend, feat=FEAT,
+                          options=tuning.TuneOptions(model=_KnownRanking(times), top_k=2, oracle=True))
     oracle_ms = min(times.values())
     assert perfect.best.time_ms == oracle_ms and perfect.oracle.fraction == 1.0
     assert perfect.predicted_rank[1:] == [1, 2] or perfect.predicted_rank[1] == 1
-    worst = tuner.tune("spmm", matrix, backend=backend, feat=FEAT, model=_KnownRanking(times, reverse=True),
-                       top_k=2, oracle=True, diversity=1)
+    worst = tuning.tune("spmm", matrix, backend=backend, feat=FEAT,
+                        options=tuning.TuneOptions(model=_KnownRanking(times, reverse=True), top_k=2, oracle=True,
+                                                   diversity=1))
     baseline_ms = times[spade.baseline()]
     assert worst.best.time_ms == baseline_ms  # the two slowest configs lose to the baseline
     assert worst.chosen.config == spade.baseline()
@@ -497,7 +499,7 @@ def test_chosen_falls_back_to_the_baseline_when_retiming_says_so():
     cpu = space.create("cpu", "spmm")
     base, other = cpu.baseline(), cpu.configs()[0]
     sweep = [MeasureResult(base, 2.0), MeasureResult(other, 1.0)]
-    tuned = tuner.TuneResult(baseline=sweep[0], measured=sweep, predicted_rank=[None, 1])
+    tuned = tuning.TuneResult(baseline=sweep[0], measured=sweep, predicted_rank=[None, 1])
     assert tuned.chosen is tuned.best and tuned.best.config == other
     tuned.confirmed = (MeasureResult(base, 1.5, correct=True), MeasureResult(other, 1.6, correct=True))
     assert tuned.chosen.config == base
@@ -536,7 +538,7 @@ def test_summary_prints_the_side_by_side_medians_the_choice_was_made_on():
 
 def test_parser_defaults():
     args = tune.make_parser().parse_args(["spmm"])
-    assert args.matrix == tuner.EXAMPLE_MATRIX and args.target == "llvm" and args.model is None
+    assert args.matrix == EXAMPLE_MATRIX and args.target == "llvm" and args.model is None
     assert args.budget == 0 and args.top_k is None and args.fixed == 1 and not args.oracle and args.out is None
     assert args.search == "adaptive" and tune.make_parser().parse_args(["spmm", "--search", "oneshot"]).search \
         == "oneshot"

@@ -1,7 +1,7 @@
 """What the command lines (`measure`, `tune`, `collect`) share: running one, the arguments they have in
 common, and the backend those arguments ask for.
 
-Errors here speak of flags (``--configs``, ``--top-k``); the library below (`tuner`) speaks of
+Errors here speak of flags (``--configs``, ``--top-k``); the library below (`tuning`) speaks of
 parameters.
 """
 from __future__ import annotations
@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import backends, space, tuner
+from . import backends, space, tuning
+from .matrix import EXAMPLE_MATRIX
 from .backends.rpc import RPCSettingsError, wants_rpc
 from .errors import CognateError
 from .ops import OPS
@@ -66,7 +67,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments shared by the measure and tune CLIs: what to run, where, and how to report."""
     parser.add_argument("op", choices=sorted(OPS))
     parser.add_argument("--target", default="llvm", choices=backends.TARGETS)
-    parser.add_argument("--matrix", type=Path, default=tuner.EXAMPLE_MATRIX,
+    parser.add_argument("--matrix", type=Path, default=EXAMPLE_MATRIX,
                         help=".mtx, .npz or edge list (default: the bundled example)")
     parser.add_argument("--feat", type=int, default=128, help="dense width N (default 128)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the config sample and the dense inputs")
@@ -91,7 +92,7 @@ def make_backend(args: argparse.Namespace, **options) -> backends.Backend:
         options["dtype"] = args.dtype
     if compile_only and wants_rpc(args.rpc_tracker, args.rpc_key):
         raise RPCSettingsError("--compile-only runs nothing: it does not take --rpc-tracker/--rpc-key")
-    return tuner.create_backend(args.target, arch=getattr(args, "arch", None), compile_only=compile_only,
+    return tuning.create_backend(args.target, arch=getattr(args, "arch", None), compile_only=compile_only,
                                 rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key, **options)
 
 

@@ -5,10 +5,10 @@
         [--arch sm_80|sm_90] [--compile-only] [--rpc-tracker HOST:PORT --rpc-key KEY]
 
 Without --matrix, the bundled example matrix is used. --json prints one JSON
-object (see `cognate_tvm.tuner.measure_report`); otherwise a table sorted by
+object (see `cognate_tvm.tuning.measure_report`); otherwise a table sorted by
 time. ``--rpc-tracker``/``--rpc-key`` (llvm, cuda) build the kernels here and
 time them on a device behind a TVM RPC tracker (`cognate_tvm.backends.rpc`).
-The work is done by `cognate_tvm.tuner`; this module parses arguments and prints.
+The work is done by `cognate_tvm.tuning`; this module parses arguments and prints.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import json
 import sys
 from typing import Sequence
 
-from . import space, tuner
+from . import space, tuning
 from .cli import add_common_arguments, cli_call, make_backend, parse_configs
 from .matrix import load_matrix
 from .ops import get_op
@@ -31,10 +31,10 @@ def run(args: argparse.Namespace) -> dict:
     backend = make_backend(args)
     platform_space = space.create(backend.platform, op.name)
     configs = parse_configs(args.configs, platform_space, args.seed)
-    results = tuner.measure_configs(backend, op, matrix, configs, args.feat, check=args.check, seed=args.seed,
+    results = tuning.measure_configs(backend, op, matrix, configs, args.feat, check=args.check, seed=args.seed,
                                     progress=not args.quiet, desc=f"{op.name} on {args.target}")
-    vendor = tuner.vendor_report(backend, op, matrix, args.feat, args.seed) if args.vendor else None
-    report = tuner.measure_report(op=args.op, target=args.target, feat=args.feat, matrix_path=args.matrix,
+    vendor = tuning.vendor_report(backend, op, matrix, args.feat, args.seed) if args.vendor else None
+    report = tuning.measure_report(op=args.op, target=args.target, feat=args.feat, matrix_path=args.matrix,
                                   matrix=matrix, results=results, vendor=vendor)
     return {**report, "dtype": args.dtype}
 

@@ -20,12 +20,12 @@ that did best over its training matrices, whatever the matrix) and ranked ones
 that differ pairwise in at least ``--diversity D`` knobs (by default the
 platform's: 2 on SPADE, 1, the plain ranking, elsewhere); the fastest ones are timed again side by
 side with the baseline and the one with the lowest median whose output matches
-scipy's is kept if it is faster than the baseline (`cognate_tvm.tuner.tune`). ``--budget N`` first measures N
+scipy's is kept if it is faster than the baseline (`cognate_tvm.tuning.tune`). ``--budget N`` first measures N
 sampled configs of this matrix and fine-tunes the model on them, from its
 pre-trained weights. ``--model PATH`` uses a saved model instead of the
 shipped one; ``--save-model`` writes the (fine-tuned) model. ``--oracle`` also
 sweeps the space (the whole space when it has at most
-`tuner.ORACLE_WHOLE_SPACE` configs, else a seeded sample of ``--oracle-sample``
+`tuning.ORACLE_WHOLE_SPACE` configs, else a seeded sample of ``--oracle-sample``
 configs) and reports how close the choice is. ``--out DIR`` writes the chosen
 kernel, its config and the report. ``--target cuda --compile-only --out DIR``
 (a machine without a GPU) ranks and writes the top-k kernels' CUDA sources and
@@ -34,7 +34,7 @@ measures on a device behind a TVM RPC tracker, with the kernels built here.
 
 Every time in the output was measured in this run. Without --matrix, the
 bundled example matrix is used. --json prints one JSON object (see
-`tuner.tune_report`); otherwise a short summary. Exit status: 0 tuned, 1 no
+`tuning.tune_report`); otherwise a short summary. Exit status: 0 tuned, 1 no
 config could be measured, 2 bad input (or a target that cannot run here).
 """
 from __future__ import annotations
@@ -46,7 +46,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import search, tuner
+from . import tuning
+from .model.loading import load_model
+from .tuning import search
 from .cli import add_common_arguments, cli_call, flag, make_backend
 from .errors import DeviceUnavailableError
 from .matrix import load_matrix
@@ -54,15 +56,15 @@ from .ops import get_op
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BUDGET = tuner.DEFAULT_BUDGET
-DEFAULT_TOP_K = tuner.DEFAULT_TOP_K
-DEFAULT_FIXED = tuner.DEFAULT_FIXED
+DEFAULT_BUDGET = tuning.DEFAULT_BUDGET
+DEFAULT_TOP_K = tuning.DEFAULT_TOP_K
+DEFAULT_FIXED = tuning.DEFAULT_FIXED
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    """`tuner.check_tune_options` in flags, before the matrix is read; and what --compile-only excludes."""
-    tuner.check_tune_options(feat=args.feat, top_k=args.top_k, budget=args.budget, fixed=args.fixed,
-                             diversity=args.diversity, oracle_sample=args.oracle_sample, name=flag)
+    """`tuning.check_tune_options` in flags, before the matrix is read; and what --compile-only excludes."""
+    tuning.check_tune_options(feat=args.feat, top_k=args.top_k, budget=args.budget, fixed=args.fixed,
+                              diversity=args.diversity, oracle_sample=args.oracle_sample, name=flag)
     if args.compile_only:
         if args.out is None:
             raise ValueError("--compile-only writes the top-k kernels to a directory: give --out DIR")
@@ -72,33 +74,34 @@ def _check_args(args: argparse.Namespace) -> None:
                 raise ValueError(f"{option} needs timed runs; it cannot be used with --compile-only")
 
 
-def run(args: argparse.Namespace) -> tuple[dict, tuner.TuneResult | None]:
+def run(args: argparse.Namespace) -> tuple[dict, tuning.TuneResult | None]:
     """Tune as the command line says; returns the report and the raw result (None with --compile-only)."""
     op = get_op(args.op)
     _check_args(args)
     matrix = load_matrix(args.matrix)
-    model = tuner.load_model(args.model) if args.model is not None else None
+    model = load_model(args.model) if args.model is not None else None
     source = str(args.model) if args.model is not None else None
     backend = make_backend(args)
     if args.compile_only:
-        report = tuner.compile_top_k(op, matrix, backend=backend, feat=args.feat, directory=args.out, model=model,
-                                     model_source=source, pretrained_root=args.pretrained_dir,
-                                     top_k=DEFAULT_TOP_K if args.top_k is None else args.top_k)
+        report = tuning.compile_top_k(op, matrix, backend=backend, feat=args.feat, directory=args.out, model=model,
+                                      model_source=source, pretrained_root=args.pretrained_dir,
+                                      top_k=DEFAULT_TOP_K if args.top_k is None else args.top_k)
         return report, None
-    tuned = tuner.tune(op, matrix, backend=backend, feat=args.feat, model=model, model_source=source,
-                       pretrained_root=args.pretrained_dir, budget=args.budget, top_k=args.top_k,
-                       fixed=args.fixed, seed=args.seed, diversity=args.diversity, search=args.search,
-                       oracle=args.oracle,
-                       oracle_sample=args.oracle_sample, name=Path(args.matrix).stem, progress=not args.quiet)
+    options = tuning.TuneOptions(model=model, model_source=source, pretrained_root=args.pretrained_dir,
+                                 budget=args.budget, top_k=args.top_k, fixed=args.fixed, seed=args.seed,
+                                 diversity=args.diversity, search=args.search, oracle=args.oracle,
+                                 oracle_sample=args.oracle_sample, name=Path(args.matrix).stem,
+                                 progress=not args.quiet)
+    tuned = tuning.tune(op, matrix, backend=backend, feat=args.feat, options=options)
     if args.save_model is not None:
         tuned.model.save(args.save_model)
-    vendor = tuner.vendor_report(backend, op, matrix, args.feat, args.seed) if args.vendor else None
-    report = tuner.tune_report(tuned, op=op.name, target=args.target, feat=args.feat, matrix_path=args.matrix,
-                               matrix=matrix, budget=args.budget, top_k=args.top_k, fixed=args.fixed, vendor=vendor,
-                               saved_model=None if args.save_model is None else str(args.save_model))
+    vendor = tuning.vendor_report(backend, op, matrix, args.feat, args.seed) if args.vendor else None
+    report = tuning.tune_report(tuned, op=op.name, target=args.target, feat=args.feat, matrix_path=args.matrix,
+                                matrix=matrix, budget=args.budget, top_k=args.top_k, fixed=args.fixed, vendor=vendor,
+                                saved_model=None if args.save_model is None else str(args.save_model))
     report["dtype"] = args.dtype
     if args.out is not None:
-        tuner.write_outputs(args.out, backend, op, tuned, args.feat, report)
+        tuning.write_outputs(args.out, backend, op, tuned, args.feat, report)
     return report, tuned
 
 
@@ -214,9 +217,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--save-model", type=Path, default=None, help="write the (fine-tuned) model here")
     parser.add_argument("--oracle", action="store_true",
                         help="also sweep the space and report the chosen config's time / the best one's")
-    parser.add_argument("--oracle-sample", type=int, default=tuner.ORACLE_SAMPLE,
-                        help=f"--oracle on a space of more than {tuner.ORACLE_WHOLE_SPACE} configs (llvm): "
-                             f"sweep a seeded sample of this many (default {tuner.ORACLE_SAMPLE})")
+    parser.add_argument("--oracle-sample", type=int, default=tuning.ORACLE_SAMPLE,
+                        help=f"--oracle on a space of more than {tuning.ORACLE_WHOLE_SPACE} configs (llvm): "
+                             f"sweep a seeded sample of this many (default {tuning.ORACLE_SAMPLE})")
     parser.add_argument("--out", type=Path, default=None,
                         help="write the chosen kernel, its config.json and report.json here")
     return parser

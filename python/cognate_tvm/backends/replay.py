@@ -7,11 +7,11 @@ pattern's content hash (`data.matrix_hash`), so the same matrix rebuilt from its
 corpus spec finds its timings. A config that was not recorded (or that failed
 when it was) comes back as a failed result naming it, as any backend's failures
 do; nothing is raised for it. The same call gives the same answer, so the
-backend is `deterministic`: `tuner.tune` runs unchanged on it and offline, and a
+backend is `deterministic`: `tuning.tune` runs unchanged on it and offline, and a
 search strategy can be compared against a full sweep without noise.
 
 >>> backend = ReplayBackend.from_dataset("data/cpu_spmm_2t")            # doctest: +SKIP
->>> tuned = tuner.tune("spmm", A, backend=backend, feat=128)            # doctest: +SKIP
+>>> tuned = tuning.tune("spmm", A, backend=backend, feat=128)            # doctest: +SKIP
 """
 from __future__ import annotations
 

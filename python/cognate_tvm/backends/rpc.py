@@ -356,7 +356,7 @@ class RPCLLVMBackend(RPCBackend):
 
     @property
     def mcpu(self) -> str | None:
-        """The LLVM CPU the kernels are compiled for (what `tuner.write_kernel` exports with)."""
+        """The LLVM CPU the kernels are compiled for (what `tuning.write_kernel` exports with)."""
         return self.builder.mcpu
 
     def metadata(self) -> dict:

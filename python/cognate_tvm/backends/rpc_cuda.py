@@ -39,7 +39,8 @@ from ..matrix import as_csr
 from ..ops import Op
 from ..space.gpu import GPUConfig, GPUSpace
 from .base import MeasureResult
-from .cuda import _RunContext, outputs_match
+from .cuda.backend import _RunContext
+from .cuda.timing import outputs_match
 from .export import export_cuda_kernel
 from .rpc import RPCBackend, RemoteSession
 
@@ -69,7 +70,7 @@ class RPCCUDABackend(RPCBackend):
         Timing on the device (``time_evaluator``): `repeat` samples of `number`
         launches each, `number` raised until a sample lasts `min_repeat_ms`.
     nvcc
-        nvcc for `tuner.write_kernel`'s PTX (default: PATH, then /usr/local/cuda/bin).
+        nvcc for `tuning.write_kernel`'s PTX (default: PATH, then /usr/local/cuda/bin).
     session_timeout_s
         The server ends a session older than this; default ``120 + 60 * n``
         seconds for n configs (the device compiles each new variant on load).

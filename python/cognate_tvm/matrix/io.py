@@ -17,6 +17,8 @@ import scipy.sparse as sp
 from ..errors import MatrixFormatError
 
 EDGE_LIST_SUFFIXES = (".el", ".edges", ".txt", ".tsv", ".csv")
+# The bundled example (an R-MAT graph, 4096 rows): the CLIs' default --matrix.
+EXAMPLE_MATRIX = Path(__file__).resolve().parents[1] / "sample_matrices" / "example_powerlaw.mtx.gz"
 
 
 def as_csr(matrix, *, name: str = "matrix") -> sp.csr_matrix:

@@ -5,7 +5,7 @@ wrapped :class:`~cognate_tvm.model.cognate.CognateCostModel` for scores, and han
 times back to its ``finetune``. With no arguments it loads, when the workload becomes known
 (`tune_sparse` tells it; `set_workload` by hand), the shipped model of MetaSchedule's kernels
 for the op and thread count where one ships (`shipped_platform`), else the shipped CPU model of
-the op and thread count (``tuner.load_shipped_model``).
+the op and thread count (``model.load_shipped_model``).
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ class CognateModel(ms.cost_model.PyCostModel):
     ----------
     model : CognateCostModel or None
         The wrapped model; None loads the shipped CPU model of the workload's op and
-        thread count (``tuner.load_shipped_model(op, "cpu", threads=...)``) once the
+        thread count (``model.load_shipped_model(op, "cpu", threads=...)``) once the
         workload is known.
     pretrained_root : directory of shipped models (default: the package's).
     finetune_after : fine-tune once this many new successful measurements have
@@ -124,7 +124,7 @@ class CognateModel(ms.cost_model.PyCostModel):
         self._candidates = set(self.space.candidates(num_threads)) if num_threads is not None else None
         self._scores.clear()
         if self.model is None:
-            from ..tuner import load_shipped_model
+            from ..model.loading import load_shipped_model
 
             self.model, source, notes = load_shipped_model(self.op.name, self.shipped_platform(num_threads),
                                                            root=self.pretrained_root, threads=num_threads)

@@ -3,7 +3,7 @@
 `TunedKernels` is what a :class:`~cognate_tvm.torch.SparseMatrix` asks for a
 kernel. The first time a (pattern, op, dense width) is needed on a device, it
 looks for a stored choice (:mod:`cognate_tvm.torch.cache`); without one it runs
-:func:`cognate_tvm.tuner.tune` with the shipped model and tune's defaults
+:func:`cognate_tvm.tuning.tune` with the shipped model and tune's defaults
 (baseline + the model's top-k, finalists re-timed, the winner's output checked)
 and stores the choice. Then it builds (or loads) the config's kernel and keeps
 its runner in memory, so later calls prepare nothing.
@@ -102,7 +102,7 @@ class TunedKernels:
         "bfloat16" (the float32 tensors are rounded on each call; products accumulate and results
         are returned in float32, gradients included).
     tune_options
-        Extra keyword arguments of :func:`cognate_tvm.tuner.tune` (e.g. ``top_k``, ``budget``).
+        Fields of :class:`cognate_tvm.tuning.TuneOptions` (e.g. ``top_k``, ``budget``).
     """
 
     def __init__(self, device: str | torch.device = "cpu", *, num_threads: int | None = None,
@@ -151,19 +151,20 @@ class TunedKernels:
         return choice
 
     def _tune(self, op: str, pattern: Pattern, feat: int) -> Choice:
-        from .. import tuner
+        from .. import tuning
 
         log.info("tuning %s on a %dx%d pattern (%d nonzeros), dense width %d, for %s", op, *pattern.shape,
                  pattern.nnz, feat, self.platform.target_name())
         start = time.perf_counter()
-        tuned = tuner.tune(op, pattern.csr, backend=self.platform.backend, feat=int(feat), **self.tune_options)
+        tuned = tuning.tune(op, pattern.csr, backend=self.platform.backend, feat=int(feat),
+                            options=tuning.TuneOptions(**self.tune_options))
         elapsed = time.perf_counter() - start
         if tuned.chosen is None:
             raise TuningFailedError(f"no {op} config ran correctly on the {pattern.shape[0]}x{pattern.shape[1]} "
                                     f"pattern {pattern.digest[:12]} (dense width {feat}): {tuned.notes}")
         for note in tuned.notes:
             log.info("tune: %s", note)
-        return Choice(tuned.chosen.config, elapsed, len(tuned.measured), tuner.chosen_time_ms(tuned),
+        return Choice(tuned.chosen.config, elapsed, len(tuned.measured), tuning.chosen_time_ms(tuned),
                       tuned.baseline.time_ms, "tuned")
 
     def tuning_seconds(self) -> float:

@@ -12,7 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import backends
-from ..collect import config_sample
+from ..space.sampling import config_sample
 from ..data import Group, collect, groups_from_frame, load_frame, pick_across_sizes, pick_diverse, select
 from ..matrix.corpus import load_corpus
 from ..space import create as create_space

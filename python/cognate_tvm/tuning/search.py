@@ -1,4 +1,4 @@
-"""Search strategies: which configs `tuner.tune` measures, and in what order.
+"""Search strategies: which configs `tuning.tune` measures, and in what order.
 
 A strategy gets a `SearchContext` (the op, matrix, space, candidates, cost model
 and a `measure` callable) after the baseline, and the optional seeded sample
@@ -28,10 +28,10 @@ from typing import Callable, ClassVar, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from .backends.base import MeasureResult
-from .errors import UnknownKindError
-from .ops import Op
-from .space.base import Config, Space, diverse_top
+from ..backends.base import MeasureResult
+from ..errors import UnknownKindError
+from ..ops import Op
+from ..space.base import Config, Space, diverse_top
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def pick_top(model, platform_space: Space, ranked: Sequence[Config], *, measured
 
 def measured_group(name: str, matrix: sp.csr_matrix, feat: int, results: Sequence[MeasureResult]):
     """The measurements as one ranking group (`data.Group`), NaN where a config failed."""
-    from .data import Group
+    from ..data import Group
 
     return Group(name=name, matrix=matrix, feat=feat, configs=tuple(r.config for r in results),
                  times_ms=np.array([r.time_ms if r.ok else np.nan for r in results], dtype=np.float64))
