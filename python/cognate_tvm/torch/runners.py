@@ -204,6 +204,11 @@ class Platform(ABC):
     @abstractmethod
     def runner(self, op: str, matrix: sp.csr_matrix, config: Config, feat: int) -> Runner: ...
 
+    def attention_kernel(self, heads: int, dim: int, value_dim: int):
+        """The fused graph-attention kernel for padded head widths (:mod:`cognate_tvm.kernels.cpu_attention`),
+        or None where the platform has none (attention is then composed of SDDMM, softmax and SpMM)."""
+        return None
+
 
 class CPUPlatform(Platform):
     """CPU kernels built with LLVM for `num_threads` cores (TVM's pool; default torch's thread count)."""
@@ -217,6 +222,7 @@ class CPUPlatform(Platform):
         super().__init__(device)
         threads = int(num_threads or torch.get_num_threads())
         self._backend = LLVMBackend(num_threads=threads, cache_dir=kernel_dir, dtype=dtype)
+        self._attention_target = None
 
     @property
     def backend(self) -> Backend:
@@ -224,6 +230,16 @@ class CPUPlatform(Platform):
 
     def target_name(self) -> str:
         return self._backend.metadata()["llvm_target"]
+
+    def attention_kernel(self, heads, dim, value_dim):
+        from ..kernels.cpu import cpu_target
+        from ..kernels.cpu_attention import build_attention_kernel
+
+        if self._attention_target is None:
+            self._attention_target = cpu_target(self._backend.num_threads, self._backend.mcpu)
+        module = build_attention_kernel(heads, dim, value_dim, self._attention_target,
+                                        cache=self._backend.kernel_cache)
+        return module["main"]
 
     def runner(self, op, matrix, config, feat):
         return CPURunner(op, matrix, config, feat, self._backend.kernel(op, config, feat), self.device,

@@ -38,6 +38,7 @@ class Pattern:
         self._transpose: tuple[Pattern, np.ndarray] | None = None
         self._row_ids: dict[torch.device, torch.Tensor] = {}
         self._orders: dict[torch.device, torch.Tensor] = {}
+        self._csr: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -68,6 +69,13 @@ class Pattern:
         if device not in self._orders:
             self._orders[device] = torch.from_numpy(self.transpose()[1]).to(device)
         return self._orders[device]
+
+    def csr_tensors(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(indptr, indices) as int32 tensors on `device`."""
+        if device not in self._csr:
+            self._csr[device] = tuple(torch.from_numpy(a.astype(np.int32)).to(device)
+                                      for a in (self.csr.indptr, self.csr.indices))
+        return self._csr[device]
 
     def row_ids(self, device: torch.device) -> torch.Tensor:
         """int64 [nnz]: the row of each nonzero, on `device`."""
