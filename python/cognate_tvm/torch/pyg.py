@@ -199,12 +199,13 @@ class TransformerConv(nn.Module):
     out_i = lin_skip(x_i) + sum_j softmax_j(q_i . k_j / sqrt(C)) v_j over the edges j -> i, per
     head; the heads concatenated (`concat`) or averaged. Constructor, parameter names
     and outputs match ``torch_geometric.nn.TransformerConv`` for the settings it takes.
+    `fused=False` composes the tuned SDDMM, edge softmax and SpMM instead of the fused kernel;
     `kernel_options` as in :class:`GCNConv`.
     """
 
     def __init__(self, in_channels: int | tuple[int, int], out_channels: int, heads: int = 1, concat: bool = True,
                  beta: bool = False, dropout: float = 0.0, edge_dim: int | None = None, bias: bool = True,
-                 root_weight: bool = True, **kernel_options):
+                 root_weight: bool = True, fused: bool = True, **kernel_options):
         super().__init__()
         unsupported = {"beta": beta, "dropout": dropout, "edge_dim": edge_dim}
         for name, value in unsupported.items():
@@ -213,7 +214,7 @@ class TransformerConv(nn.Module):
                                  f"kernel; use torch_geometric.nn.TransformerConv for it")
         source, target = (in_channels, in_channels) if isinstance(in_channels, int) else in_channels
         self.in_channels, self.out_channels, self.heads = in_channels, int(out_channels), int(heads)
-        self.concat, self.root_weight = bool(concat), bool(root_weight)
+        self.concat, self.root_weight, self.fused = bool(concat), bool(root_weight), bool(fused)
         self.kernel_options = kernel_options
         width = self.heads * self.out_channels
         self.lin_key = nn.Linear(source, width, bias=bias)
@@ -231,7 +232,7 @@ class TransformerConv(nn.Module):
                                    size=(source.shape[0], target.shape[0]), **self.kernel_options)
         out = graph_attention(matrix, self.lin_query(target).contiguous(), self.lin_key(source).contiguous(),
                               self.lin_value(source).contiguous(), heads=self.heads,
-                              scale=1.0 / math.sqrt(self.out_channels))
+                              scale=1.0 / math.sqrt(self.out_channels), fused=self.fused)
         if not self.concat:
             out = out.view(-1, self.heads, self.out_channels).mean(dim=1)
         return out + self.lin_skip(target) if self.root_weight else out

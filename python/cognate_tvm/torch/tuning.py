@@ -127,6 +127,11 @@ class TunedKernels:
         self.history: list[dict] = []  # one entry per (pattern, op, feat) made ready
         self._runners: dict[tuple[str, str, int], Runner] = {}
 
+    def __deepcopy__(self, memo):
+        # A device's kernels are shared like the device itself: a deep copy of a model that holds
+        # them (copy.deepcopy of an nn.Module) uses the same ones; compiled modules cannot be copied.
+        return self
+
     def key(self, op: str, pattern: Pattern, feat: int) -> ChoiceKey:
         return ChoiceKey(pattern.digest, op, int(feat), self.platform.target_name(), self.dtype)
 
@@ -164,7 +169,10 @@ class TunedKernels:
         log.info("tuning %s on a %dx%d pattern (%d nonzeros), dense width %d, for %s", op, *pattern.shape,
                  pattern.nnz, feat, self.platform.target_name())
         start = time.perf_counter()
-        tuned = tuner.tune(op, pattern.csr, backend=self.platform.backend, feat=int(feat), **self.tune_options)
+        # A kernel is first asked for inside an autograd Function's forward, where grad mode is off;
+        # tune's search fine-tunes the cost model with autograd.
+        with torch.enable_grad():
+            tuned = tuner.tune(op, pattern.csr, backend=self.platform.backend, feat=int(feat), **self.tune_options)
         elapsed = time.perf_counter() - start
         if tuned.chosen is None:
             raise TuningFailedError(f"no {op} config ran correctly on the {pattern.shape[0]}x{pattern.shape[1]} "
