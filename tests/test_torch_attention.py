@@ -171,3 +171,4 @@ def test_padding_and_spec():
         AttentionSpec(1, 20, 16, "llvm", 2)
     source = attention_source(AttentionSpec(2, 16, 8, "llvm", 2))
     assert "T.exp" in source and "T.parallel(2)" in source
+

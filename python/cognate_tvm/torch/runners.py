@@ -210,6 +210,23 @@ class Platform(ABC):
         return None
 
 
+# TVM's pool workers spin after each kernel before they sleep (TVM_THREAD_POOL_SPIN_COUNT). Between
+# kernels, a model runs torch's own parallel ops (matmuls, activations), whose threads then share the
+# cores with spinning TVM workers: on 2 cores a GCN epoch took 1.2-1.45x as long as with workers that
+# sleep at once (benchmarks/gnn_pyg.py's GCN, community graph).
+SPIN_COUNT_ENV = "TVM_THREAD_POOL_SPIN_COUNT"
+
+
+def quiet_thread_pool() -> None:
+    """Make TVM's CPU workers sleep as soon as a kernel ends, unless the user set the spin count.
+
+    TVM reads it when its pool starts (the first parallel kernel of the process); later it changes nothing.
+    """
+    import os
+
+    os.environ.setdefault(SPIN_COUNT_ENV, "0")
+
+
 class CPUPlatform(Platform):
     """CPU kernels built with LLVM for `num_threads` cores (TVM's pool; default torch's thread count)."""
 
@@ -221,6 +238,7 @@ class CPUPlatform(Platform):
 
         super().__init__(device)
         threads = int(num_threads or torch.get_num_threads())
+        quiet_thread_pool()
         self._backend = LLVMBackend(num_threads=threads, cache_dir=kernel_dir, dtype=dtype)
         self._attention_target = None
 
