@@ -14,7 +14,8 @@ Two models, each with the same weights and inputs on every side; only the layers
 - Attention: two ``TransformerConv`` layers (dot-product attention; ELU between), `--heads` heads
   in the first. Sides: ``pyg`` (``torch_geometric.nn.TransformerConv``), ``tuned-fused`` (the fused
   attention kernel, tuned SpMM/SDDMM in backward) and ``tuned-composed`` (tuned SDDMM, edge softmax,
-  tuned SpMM).
+  tuned SpMM). The graphs' edges are given without self-loops; GCNConv adds them, the attention
+  layers do not.
 
 Per graph it reports the training epoch time (forward, backward, Adam step) of every side as the
 median over rounds that rotate the sides' order, the tuning time and the epochs after which
@@ -134,10 +135,13 @@ def transpose_cached_gcnconv():
 # -- sides -------------------------------------------------------------------------------
 
 def edge_index_of(graph):
+    """The graph's edges without its self-loops: GCNConv adds them on every side (PyG's sparse path adds
+    loops even where there are some, its edge_index path only where there are none)."""
     import torch
 
-    coo = graph.adjacency.tocoo()  # symmetric with self-loops: gcn_norm reproduces the graph's weights
-    return torch.from_numpy(np.stack([coo.col, coo.row]).astype(np.int64))
+    coo = graph.adjacency.tocoo()
+    off_diagonal = coo.row != coo.col
+    return torch.from_numpy(np.stack([coo.col[off_diagonal], coo.row[off_diagonal]]).astype(np.int64))
 
 
 def csr_adj_t(edge_index, nodes):
