@@ -107,6 +107,8 @@ EXTRAS_REQUIRE = {
             "mkl>=2024; platform_machine == 'x86_64' or platform_machine == 'AMD64'"],
     # Scale-out: a Ray cluster for collection, TVM's RPC tracker (tvm.exec.rpc_tracker needs tornado).
     "distributed": ["ray>=2.9,<3", "tornado>=6.0,<7"],
+    # PyTorch Geometric, whose Data objects cognate_tvm.torch.pyg reads (its layers need only torch).
+    "pyg": ["torch_geometric>=2.5,<3"],
     # Running the cuda target: the CUDA 13 runtime that TVM's CUDA module loads and NVRTC
     # (through cuda-bindings) to compile device code; the NVIDIA driver comes from the system.
     # Not yet exercised on a GPU (see the README's GPU section).

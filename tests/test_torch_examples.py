@@ -1,4 +1,4 @@
-"""examples/gcn.py and examples/gat.py train as a user runs them (subprocess), small and untuned."""
+"""examples/gcn.py, gat.py and pyg_gcn.py train as a user runs them (subprocess), small and untuned."""
 from __future__ import annotations
 
 import re
@@ -11,8 +11,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("script,extra", [("gcn.py", ["--hidden", "16"]), ("gat.py", ["--hidden", "8"])])
+@pytest.mark.parametrize("script,extra", [("gcn.py", ["--hidden", "16"]), ("gat.py", ["--hidden", "8"]),
+                                          ("pyg_gcn.py", ["--hidden", "16"])])
 def test_example_trains(script, extra, tmp_path):
+    if script == "pyg_gcn.py":
+        pytest.importorskip("torch_geometric", reason="pyg_gcn.py needs the [pyg] extra (torch_geometric)")
     # the installed package (its compiled extension included), as a user runs the examples
     run = subprocess.run([sys.executable, str(ROOT / "examples" / script), "--nodes", "400", "--epochs", "20",
                           "--threads", "1", "--no-tune", "--cache-dir", str(tmp_path), *extra],

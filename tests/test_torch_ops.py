@@ -150,6 +150,18 @@ def test_transpose_has_its_own_pattern(baseline_kernels):
     assert a.T.pattern.digest != a.pattern.digest
 
 
+def test_tunes_inside_an_autograd_forward(tmp_path):
+    """A first product whose dense operand requires grad tunes inside the autograd Function's forward,
+    where grad mode is off; the adaptive search's fine-tune (4 measurements: a second round) still runs."""
+    m = generate("rmat", 300, seed=4)
+    kernels = TunedKernels("cpu", num_threads=1, cache_dir=tmp_path, tune_options={"top_k": 4})
+    b = torch.randn(m.shape[1], 8, requires_grad=True)
+    out = SparseMatrix.from_scipy(m, kernels=kernels) @ b
+    out.sum().backward()
+    assert close(out, m @ b.detach().double().numpy())
+    assert kernels.history[0]["source"] == "tuned" and kernels.history[0]["measured"] >= 4
+
+
 def test_tunes_once_then_reads_the_choice(tmp_path):
     """The shipped model and tune's defaults (fewer finalists for speed); a second process-like
     object with the same cache directory measures nothing."""
@@ -329,3 +341,18 @@ def test_gradcheck_catches_a_wrong_gradient(baseline_kernels):
     dense = torch.randn(m.shape[1], 5, generator=torch.Generator().manual_seed(6), requires_grad=True)
     with pytest.raises(GradcheckError):
         _gradcheck(lambda b: a @ Scaled.apply(b), (dense,))
+
+
+def test_cpu_kernels_make_tvm_workers_sleep_between_kernels(tmp_path):
+    """cognate_tvm.torch sets TVM's pool spin count to 0 before the pool starts, unless the user chose one."""
+    import subprocess
+    import sys
+
+    code = ("import os; from cognate_tvm.torch import TunedKernels; TunedKernels('cpu', num_threads=1, "
+            f"cache_dir={str(tmp_path)!r}, tune=False); print(os.environ['TVM_THREAD_POOL_SPIN_COUNT'])")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TVM_THREAD_POOL_SPIN_COUNT"}
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.split()[-1] == "0"
+    env["TVM_THREAD_POOL_SPIN_COUNT"] = "1000"
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.split()[-1] == "1000"

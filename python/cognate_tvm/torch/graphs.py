@@ -7,7 +7,10 @@ Two kinds, both seeded:
   community's random centroid plus noise. A GCN can learn the labels.
 - ``rmat``: the R-MAT power-law graph of :func:`cognate_tvm.matrix.generate`
   (the skewed degrees of real social and web graphs), labels drawn at random
-  (for timing, not accuracy).
+  (for timing, not accuracy);
+- ``social``: the realistic ``community`` family of
+  :mod:`cognate_tvm.matrix.realistic` (power-law community sizes and degrees,
+  edges to popular nodes), labels drawn at random (for timing).
 
 Edges are made undirected, self-loops added, and the adjacency normalised as
 GCN does: D^-1/2 (A + I) D^-1/2.
@@ -22,8 +25,9 @@ import torch
 
 from ..errors import UnknownKindError
 from ..matrix import generate
+from ..matrix.realistic import generate_realistic
 
-GRAPHS = ("community", "rmat")
+GRAPHS = ("community", "rmat", "social")
 
 
 @dataclass
@@ -69,14 +73,14 @@ def _community_edges(nodes: int, communities: int, degree: int, p_in: float, rng
 
 def make_graph(kind: str, nodes: int, *, features: int = 64, classes: int = 8, degree: int = 8,
                p_in: float = 0.8, train_fraction: float = 0.5, seed: int = 0) -> NodeGraph:
-    """A `kind` graph ("community" or "rmat") of `nodes` nodes with features, labels and a train mask."""
+    """A `kind` graph (one of GRAPHS) of `nodes` nodes with features, labels and a train mask."""
     rng = np.random.default_rng([seed, nodes])
     if kind == "community":
         adjacency, label = _community_edges(nodes, classes, degree, p_in, rng)
         centroids = rng.standard_normal((classes, features)).astype(np.float32)
         feats = centroids[label] + 2.0 * rng.standard_normal((nodes, features)).astype(np.float32)
-    elif kind == "rmat":
-        adjacency = generate("rmat", nodes, seed)
+    elif kind in ("rmat", "social"):
+        adjacency = generate("rmat", nodes, seed) if kind == "rmat" else generate_realistic("community", nodes, seed)
         label = rng.integers(0, classes, size=adjacency.shape[0])
         feats = rng.standard_normal((adjacency.shape[0], features)).astype(np.float32)
     else:

@@ -7,16 +7,15 @@ sparse tensor, which is how the benchmark compares with torch.sparse.
 `GATConv` is graph attention with dot-product scores (as DGL's DotGatConv):
 per head, ``e = sddmm(A, Q, K) / sqrt(d)`` on the edges, ``alpha =
 edge_softmax(A, e)``, ``out = A_alpha @ V``: an SDDMM, a softmax over each row's
-edges and an SpMM, all differentiable.
+edges and an SpMM, all differentiable; one fused kernel on CPU
+(:func:`~cognate_tvm.torch.attention.graph_attention`).
 """
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import nn
 
-from .functional import edge_softmax
+from .attention import graph_attention
 
 
 class GCNConv(nn.Module):
@@ -47,32 +46,30 @@ class GCN(nn.Module):
 
 
 class GATConv(nn.Module):
-    """Dot-product graph attention with `heads` heads of `out_features` each (concatenated)."""
+    """Dot-product graph attention with `heads` heads of `out_features` each (concatenated).
 
-    def __init__(self, in_features: int, out_features: int, *, heads: int = 1):
+    `fused=False` composes the tuned SDDMM, edge softmax and SpMM instead of the fused kernel.
+    """
+
+    def __init__(self, in_features: int, out_features: int, *, heads: int = 1, fused: bool = True):
         super().__init__()
-        self.heads, self.out_features = int(heads), int(out_features)
+        self.heads, self.out_features, self.fused = int(heads), int(out_features), bool(fused)
         self.qkv = nn.Linear(in_features, 3 * heads * out_features, bias=False)
 
     def forward(self, x: torch.Tensor, adjacency) -> torch.Tensor:
-        n, d = x.shape[0], self.out_features
-        q, k, v = self.qkv(x).view(n, 3, self.heads, d).unbind(1)
-        outputs = []
-        for head in range(self.heads):
-            qh, kh, vh = (t[:, head].contiguous() for t in (q, k, v))
-            scores = adjacency.with_values(adjacency.ones()).sddmm(qh, kh) / math.sqrt(d)
-            alpha = edge_softmax(adjacency, scores)
-            outputs.append(adjacency.with_values(alpha) @ vh)
-        return torch.cat(outputs, dim=1)
+        n, width = x.shape[0], self.heads * self.out_features
+        q, k, v = (t.reshape(n, width).contiguous() for t in self.qkv(x).view(n, 3, width).unbind(1))
+        return graph_attention(adjacency, q, k, v, heads=self.heads, fused=self.fused)
 
 
 class GAT(nn.Module):
     """Two attention layers (ELU between them); the second has one head of `classes` outputs."""
 
-    def __init__(self, in_features: int, hidden: int, classes: int, *, heads: int = 2, dropout: float = 0.5):
+    def __init__(self, in_features: int, hidden: int, classes: int, *, heads: int = 2, dropout: float = 0.5,
+                 fused: bool = True):
         super().__init__()
-        self.conv1 = GATConv(in_features, hidden, heads=heads)
-        self.conv2 = GATConv(hidden * heads, classes, heads=1)
+        self.conv1 = GATConv(in_features, hidden, heads=heads, fused=fused)
+        self.conv2 = GATConv(hidden * heads, classes, heads=1, fused=fused)
         self.dropout = dropout
 
     def forward(self, x: torch.Tensor, adjacency) -> torch.Tensor:

@@ -204,6 +204,28 @@ class Platform(ABC):
     @abstractmethod
     def runner(self, op: str, matrix: sp.csr_matrix, config: Config, feat: int) -> Runner: ...
 
+    def attention_kernel(self, heads: int, dim: int, value_dim: int):
+        """The fused graph-attention kernel for padded head widths (:mod:`cognate_tvm.kernels.cpu_attention`),
+        or None where the platform has none (attention is then composed of SDDMM, softmax and SpMM)."""
+        return None
+
+
+# TVM's pool workers spin after each kernel before they sleep (TVM_THREAD_POOL_SPIN_COUNT). Between
+# kernels, a model runs torch's own parallel ops (matmuls, activations), whose threads then share the
+# cores with spinning TVM workers: on 2 cores a GCN epoch took 1.2-1.45x as long as with workers that
+# sleep at once (benchmarks/gnn_pyg.py's GCN, community graph).
+SPIN_COUNT_ENV = "TVM_THREAD_POOL_SPIN_COUNT"
+
+
+def quiet_thread_pool() -> None:
+    """Make TVM's CPU workers sleep as soon as a kernel ends, unless the user set the spin count.
+
+    TVM reads it when its pool starts (the first parallel kernel of the process); later it changes nothing.
+    """
+    import os
+
+    os.environ.setdefault(SPIN_COUNT_ENV, "0")
+
 
 class CPUPlatform(Platform):
     """CPU kernels built with LLVM for `num_threads` cores (TVM's pool; default torch's thread count)."""
@@ -216,7 +238,9 @@ class CPUPlatform(Platform):
 
         super().__init__(device)
         threads = int(num_threads or torch.get_num_threads())
+        quiet_thread_pool()
         self._backend = LLVMBackend(num_threads=threads, cache_dir=kernel_dir, dtype=dtype)
+        self._attention_target = None
 
     @property
     def backend(self) -> Backend:
@@ -224,6 +248,16 @@ class CPUPlatform(Platform):
 
     def target_name(self) -> str:
         return self._backend.metadata()["llvm_target"]
+
+    def attention_kernel(self, heads, dim, value_dim):
+        from ..kernels.cpu import cpu_target
+        from ..kernels.cpu_attention import build_attention_kernel
+
+        if self._attention_target is None:
+            self._attention_target = cpu_target(self._backend.num_threads, self._backend.mcpu)
+        module = build_attention_kernel(heads, dim, value_dim, self._attention_target,
+                                        cache=self._backend.kernel_cache)
+        return module["main"]
 
     def runner(self, op, matrix, config, feat):
         return CPURunner(op, matrix, config, feat, self._backend.kernel(op, config, feat), self.device,

@@ -38,6 +38,7 @@ class Pattern:
         self._transpose: tuple[Pattern, np.ndarray] | None = None
         self._row_ids: dict[torch.device, torch.Tensor] = {}
         self._orders: dict[torch.device, torch.Tensor] = {}
+        self._csr: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -68,6 +69,13 @@ class Pattern:
         if device not in self._orders:
             self._orders[device] = torch.from_numpy(self.transpose()[1]).to(device)
         return self._orders[device]
+
+    def csr_tensors(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(indptr, indices) as int32 tensors on `device`."""
+        if device not in self._csr:
+            self._csr[device] = tuple(torch.from_numpy(a.astype(np.int32)).to(device)
+                                      for a in (self.csr.indptr, self.csr.indices))
+        return self._csr[device]
 
     def row_ids(self, device: torch.device) -> torch.Tensor:
         """int64 [nnz]: the row of each nonzero, on `device`."""
@@ -119,6 +127,11 @@ class TunedKernels:
         self.history: list[dict] = []  # one entry per (pattern, op, feat) made ready
         self._runners: dict[tuple[str, str, int], Runner] = {}
 
+    def __deepcopy__(self, memo):
+        # A device's kernels are shared like the device itself: a deep copy of a model that holds
+        # them (copy.deepcopy of an nn.Module) uses the same ones; compiled modules cannot be copied.
+        return self
+
     def key(self, op: str, pattern: Pattern, feat: int) -> ChoiceKey:
         return ChoiceKey(pattern.digest, op, int(feat), self.platform.target_name(), self.dtype)
 
@@ -156,8 +169,11 @@ class TunedKernels:
         log.info("tuning %s on a %dx%d pattern (%d nonzeros), dense width %d, for %s", op, *pattern.shape,
                  pattern.nnz, feat, self.platform.target_name())
         start = time.perf_counter()
-        tuned = tuning.tune(op, pattern.csr, backend=self.platform.backend, feat=int(feat),
-                            options=tuning.TuneOptions(**self.tune_options))
+        # A kernel is first asked for inside an autograd Function's forward, where grad mode is off;
+        # tune's search fine-tunes the cost model with autograd.
+        with torch.enable_grad():
+            tuned = tuning.tune(op, pattern.csr, backend=self.platform.backend, feat=int(feat),
+                                options=tuning.TuneOptions(**self.tune_options))
         elapsed = time.perf_counter() - start
         if tuned.chosen is None:
             raise TuningFailedError(f"no {op} config ran correctly on the {pattern.shape[0]}x{pattern.shape[1]} "
