@@ -11,8 +11,9 @@ from cognate_tvm.backends.cpu import LLVMBackend  # noqa: E402
 from cognate_tvm.backends.vendor import MKLLibrary, ScipyLibrary, mkl_available  # noqa: E402
 from cognate_tvm.formats import column_panels  # noqa: E402
 from cognate_tvm.kernels.cache import KernelCache  # noqa: E402
-from cognate_tvm.kernels.cpu import (build_kernel, cpu_target, kernel_arguments,  # noqa: E402
-                                     panel_permutation, prepare_sparse, unpad_output)
+from cognate_tvm.kernels.cpu import build_kernel, cpu_target  # noqa: E402
+from cognate_tvm.kernels.cpu_operands import (kernel_arguments, panel_permutation, prepare_sparse,  # noqa: E402
+                                              unpad_output)
 from cognate_tvm.matrix import as_csr  # noqa: E402
 from cognate_tvm.ops import get_op  # noqa: E402
 from cognate_tvm.space.cpu import MAX_PANELS, PANEL_ORDERS, CPUConfig, CPUSpace  # noqa: E402

@@ -244,7 +244,7 @@ def _run_llvm_kernel(library, op, matrix, config, feat):
     """Load an exported kernel and run it on seeded operands; returns (output, expected)."""
     import tvm
 
-    from cognate_tvm.kernels.cpu import kernel_arguments, unpad_output
+    from cognate_tvm.kernels.cpu_operands import kernel_arguments, unpad_output
 
     op = get_op(op)
     dense = op.make_dense_inputs(matrix, feat, seed=11)
@@ -547,7 +547,7 @@ def test_parser_defaults():
 
 def test_llvm_bfloat16_tune_and_out(tmp_path, small_matrices, shipped):
     """--dtype bfloat16: tune measures bfloat16 kernels, and --out's kernel reads bfloat16 operands."""
-    from cognate_tvm.kernels.cpu import dense_numpy_dtype, kernel_arguments, unpad_output
+    from cognate_tvm.kernels.cpu_operands import dense_numpy_dtype, kernel_arguments, unpad_output
 
     import tvm
 

@@ -87,7 +87,7 @@ class LLVMBackend(Backend):
         self.warmup, self.repeats = int(warmup), int(repeats)
         self.min_seconds, self.timeout_s = float(min_seconds), float(timeout_s)
         self.mcpu = mcpu
-        from ..kernels.cpu import check_dense_dtype
+        from ..kernels.cpu_operands import check_dense_dtype
 
         self.dtype = check_dense_dtype(dtype)
         if clock not in ("auto", "wall", "thread"):
@@ -217,7 +217,7 @@ class KernelOperands:
         tensor there), a fresh (NaN) output on `device` last."""
         import tvm
 
-        from ..kernels.cpu import kernel_arguments, pad_dense, prepare_sparse
+        from ..kernels.cpu_operands import kernel_arguments, pad_dense, prepare_sparse
 
         key = (config.single_panel, config.panel_width(self.matrix.shape[1]), config.block_rows)
         if key not in self._sparse:
@@ -235,7 +235,7 @@ class KernelOperands:
         """The dense operands as the kernels multiply them (rounded once when stored in bfloat16): what the
         output check compares against."""
         if self._stored is None:
-            from ..kernels.cpu import dense_numpy_dtype
+            from ..kernels.cpu_operands import dense_numpy_dtype
 
             element = dense_numpy_dtype(self.dtype)
             self._stored = self.dense if self.dtype == "float32" else [
@@ -246,7 +246,7 @@ class KernelOperands:
                   extra: dict) -> tuple[bool | None, MeasureResult | None]:
         """What the first run (`first_s` seconds, its output in `call_args`' last) says: whether the output
         matches scipy (with `check`, else None), and a failed result when it took over `timeout_s`."""
-        from ..kernels.cpu import unpad_output
+        from ..kernels.cpu_operands import unpad_output
 
         correct = None
         if check:
@@ -299,7 +299,7 @@ class _Run:
 
     def output(self, config: CPUConfig) -> np.ndarray:
         """Run `config` once and return its (unpadded) output."""
-        from ..kernels.cpu import unpad_output
+        from ..kernels.cpu_operands import unpad_output
 
         call, call_args = self.prepare(config)
         call()

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .cache import KernelCache, kernel_key
-from .cpu import _Writer
+from .cpu import ScriptWriter
 
 # Bumped whenever the generated code changes, so stale cached libraries are not reused.
 GENERATOR_VERSION = 1
@@ -95,7 +95,7 @@ class _AttentionWriter:
 
     def __init__(self, spec: AttentionSpec):
         self.spec = spec
-        self.w = _Writer()
+        self.w = ScriptWriter()
 
     def vector(self, depth: int, width: int, body: str) -> int:
         """Loops over `width` columns as unrolled chunks of vector lanes (column index `col`) around

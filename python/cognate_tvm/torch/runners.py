@@ -92,12 +92,12 @@ class CPURunner(Runner):
 
     def __init__(self, op: str, matrix: sp.csr_matrix, config, feat: int, module, device: torch.device,
                  dtype: str = "float32"):
-        from ..kernels.cpu import panel_permutation, prepare_sparse
+        from ..kernels.cpu_operands import panel_permutation, prepare_sparse
 
         super().__init__(op, matrix, config, feat, device)
         sparse = prepare_sparse(op, matrix, config)
         self.func = module["main"]
-        self.scalars = (self.shape[0], self.shape[1], int(sparse.indices.size), sparse.npanels)
+        self.npanels = sparse.npanels
         self.indptr, self.indices = self._index(sparse.indptr), self._index(sparse.indices)
         # Column panels and register blocks reorder the nonzeros (blocks also add zero fill); the SDDMM
         # kernel scatters back through `perm`.
@@ -114,18 +114,14 @@ class CPURunner(Runner):
         self._gather = GatherCache()
 
     def __call__(self, values, *dense):
+        from ..kernels.cpu_operands import pack_arguments
+
         vals = values if self.order is None else self._gather(values, self.order, self.fill)
-        args = [*self.scalars, self.indptr, self.indices, vals]
-        if self.perm is not None:
-            args.append(self.perm)
-        args += [pad_columns(d.to(self.dense_dtype), self.width) for d in dense]
-        if self.op == "sddmm":
-            out = torch.empty(self.nnz, dtype=torch.float32)
-            self.func(*args, out)
-            return out
-        out = torch.empty(self.shape[0], self.width, dtype=torch.float32)
-        self.func(*args, out)
-        return out if self.width == self.feat else out[:, :self.feat].contiguous()
+        sddmm = self.op == "sddmm"
+        out = torch.empty((self.nnz,) if sddmm else (self.shape[0], self.width), dtype=torch.float32)
+        self.func(*pack_arguments(self.shape, self.npanels, self.indptr, self.indices, vals, self.perm,
+                                  [pad_columns(d.to(self.dense_dtype), self.width) for d in dense], out))
+        return out if sddmm or self.width == self.feat else out[:, :self.feat].contiguous()
 
 
 # The value arrays of each CUDA layout, and the array of the same layout's SDDMM form that says
