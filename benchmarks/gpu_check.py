@@ -1,7 +1,7 @@
 """One prepared GPU check of the `cuda` target: correctness of every config, a sweep into the dataset, tune, cuSPARSE.
 
-Made to run on the first try on a GPU machine borrowed for minutes
-(`scripts/gpu_run.sh` sets it up there; docs/gpu.md). `--quick` finishes in
+Run it on a GPU host with the package installed (`pip install .[gpu]`), or from
+the offline payload with `scripts/gpu_run.sh` (docs/gpu.md). `--quick` finishes in
 under 5 minutes on an H200 (a `--budget-s` guard stops adding matrices when
 time runs short and says so). Phases, each written to OUT/gpu_check.json as
 soon as it is done, so a run cut short still leaves its results:

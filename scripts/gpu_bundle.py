@@ -1,13 +1,13 @@
-"""Build the payload that carries TVM and the GPU check's other missing pieces to the GPU machine.
+"""Build the payload that brings TVM and the GPU check's other missing pieces to a GPU host without network access.
 
-The GPU (H200) machine has Python 3.12 with torch, nvcc 13.0 and no TVM, and
-nothing can be fetched there: what it lacks travels as ignored files inside
-the repository's working tree, at most 64 MiB per device call (tree included).
-The apache-tvm wheel alone is 100 MB, so the payload is trimmed, compressed
-with xz (x86 branch filter + LZMA2) and, when it is still too large for one
-call, cut into parts that go over several calls to a warm machine, where
-`scripts/gpu_run.sh` copies each call's parts outside the repository (files a
-call carries are gone at the next one). docs/gpu.md says how to run it.
+Such a host may have a Python with torch (and nvcc) but no TVM, and nothing
+can be fetched there: what it lacks is built here and copied beside the
+checkout (docs/gpu.md, "Hosts without network access"). The apache-tvm wheel
+alone is 100 MB, so the payload is trimmed, compressed with xz (x86 branch
+filter + LZMA2) and, where the transfer is limited in size (``--call-mib``,
+default 64 MiB with the checkout), cut into parts that may come over in
+several copies; `scripts/gpu_run.sh` gathers the parts on a stage outside the
+repository, checks and unpacks them.
 
 Groups (each one .tar.xz, split into parts when needed):
 
@@ -25,14 +25,14 @@ Groups (each one .tar.xz, split into parts when needed):
   packages, so they are used only where the machine lacks one.
 
 Output (``--out``, default ``.gpu_bundle/cp312``): ``manifest.json`` (files,
-sizes, sha256, what was dropped) and ``call1/``, ``call2/``, ...: the files to
-carry in each device call. The archives, laid end to end, are dealt over the
+sizes, sha256, what was dropped) and ``call1/``, ``call2/``, ...: the files of
+each transfer. The archives, laid end to end, are dealt over the
 fewest calls that each fit in ``--call-mib`` beside the working tree (its
 tracked and untracked-not-ignored files, measured here, or ``--tree-mib``),
 as evenly as possible; more than ``--max-calls`` (default 2) fails, naming the
-tree's heaviest folders. ``check`` (run in the checkout the device calls will
-send) says whether each call still fits beside that tree and prints what to
-carry.
+tree's heaviest folders. ``check`` (run in the checkout that will be copied)
+says whether each transfer still fits beside that tree and prints what each
+brings.
 
     nice -n 19 python scripts/gpu_bundle.py build --python 3.12 [--tree-mib 20]
     python scripts/gpu_bundle.py check [--bundle .gpu_bundle/cp312]
@@ -64,7 +64,7 @@ log = logging.getLogger("gpu_bundle")
 REPO = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cognate-gpu-bundle"
-CALL_LIMIT_MIB = 64  # what one device call carries, working tree included
+CALL_LIMIT_MIB = 64  # what one transfer holds by default, working tree included
 MARGIN_MIB = 2       # left free in each call (the tree grows, transfer overheads)
 
 TVM_WHEELS = ("apache-tvm==0.27.0.post1",)
@@ -192,7 +192,7 @@ def group_entry(archive: Path, parts: list[Path]) -> dict:
 
 
 class PayloadTooLarge(RuntimeError):
-    """The payload and the working tree need more device calls than allowed."""
+    """The payload and the working tree need more transfers than allowed."""
 
 
 def plan_calls(groups: list[tuple[str, int]], room: int, max_calls: int) -> list[list[tuple[str, int]]]:
@@ -225,7 +225,7 @@ def plan_calls(groups: list[tuple[str, int]], room: int, max_calls: int) -> list
 
 
 def heaviest_folders(repo: Path = REPO, *, depth: int = 2, top: int = 6) -> list[tuple[str, int]]:
-    """The folders (up to `depth` levels) of the working tree a device call sends that weigh most."""
+    """The folders (up to `depth` levels) of the copied working tree that weigh most."""
     weights: dict[str, int] = {}
     for name, size in tree_files(repo):
         parts = name.split("/")[:-1]
@@ -242,7 +242,7 @@ def describe_tree(repo: Path = REPO) -> str:
 
 
 def tree_files(repo: Path = REPO) -> list[tuple[str, int]]:
-    """(path, bytes) of the working tree a device call copies: tracked and untracked-not-ignored files,
+    """(path, bytes) of the working tree that is copied: tracked and untracked-not-ignored files,
     plus a `shared/` folder inside the checkout (it travels even when ignored)."""
     out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=repo,
                          capture_output=True, check=True).stdout
@@ -255,7 +255,7 @@ def tree_files(repo: Path = REPO) -> list[tuple[str, int]]:
 
 
 def tree_bytes(repo: Path = REPO) -> int:
-    """Bytes of the working tree a device call copies (`tree_files`)."""
+    """Bytes of the working tree that is copied (`tree_files`)."""
     return sum(size for _, size in tree_files(repo))
 
 
@@ -549,29 +549,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build the payload here")
-    b.add_argument("--python", default="3.12", help="Python version of the GPU machine (default 3.12)")
+    b.add_argument("--python", default="3.12", help="Python version of the GPU host (default 3.12)")
     b.add_argument("--python-exe", help="an interpreter of that version, to compile _formats with")
     b.add_argument("--out", type=Path, help="output directory (default .gpu_bundle/cpXY)")
     b.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
                    help=f"downloaded wheels and the compressed tvm archive (default {DEFAULT_CACHE}: outside "
-                        "the work tree, which a new session gets laid anew)")
+                        "the work tree, so it survives a fresh checkout)")
     b.add_argument("--tmp", type=Path, default=None, help="scratch directory (needs ~400 MB)")
-    b.add_argument("--call-mib", type=int, default=CALL_LIMIT_MIB, help="what one device call carries")
+    b.add_argument("--call-mib", type=int, default=CALL_LIMIT_MIB, help="what one transfer may hold, checkout included (MiB)")
     b.add_argument("--max-calls", type=int, default=2,
                    help="fail, naming the tree's heaviest folders, when the payload needs more calls (default 2)")
     b.add_argument("--tree-mib", type=float, default=None,
-                   help="plan for a working tree of this size instead of this checkout's (the checkout the "
-                        "device calls send may differ; `check` there confirms the fit)")
+                   help="plan for a working tree of this size instead of this checkout's (the checkout "
+                        "that is copied may differ; `check` there confirms the fit)")
     b.add_argument("--xz-preset", type=int, default=9, choices=range(10))
     b.add_argument("--extreme", action="store_true", help="xz --extreme (slower, ~1%% smaller)")
     b.add_argument("--no-x86", action="store_true", help="without the x86 branch filter")
-    b.add_argument("--extra", action="store_true", help="also carry numpy, scipy, pandas (extra group)")
-    u = sub.add_parser("unpack", help="on the device: check and extract the carried parts")
+    b.add_argument("--extra", action="store_true", help="also bring numpy, scipy, pandas (extra group)")
+    u = sub.add_parser("unpack", help="on the GPU host: check and extract the parts")
     u.add_argument("--manifest", type=Path, required=True)
     u.add_argument("--from", dest="sources", type=Path, nargs="+", required=True,
                    help="directories holding the parts (call dirs, staging dir)")
     u.add_argument("--site", type=Path, required=True, help="where each group is extracted")
-    c = sub.add_parser("check", help="before the device calls: does the built payload fit beside this tree?")
+    c = sub.add_parser("check", help="before copying: does the built payload fit beside this tree?")
     c.add_argument("--bundle", type=Path, default=REPO / ".gpu_bundle" / "cp312")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

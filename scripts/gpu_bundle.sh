@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Build the payload that carries TVM to the GPU machine (see docs/gpu.md):
+# Build the payload that brings TVM to a GPU host without network access (docs/gpu.md):
 #
-#   bash scripts/gpu_bundle.sh                 # for the H200 machine's Python 3.12
+#   bash scripts/gpu_bundle.sh                 # for a host's Python 3.12
 #   bash scripts/gpu_bundle.sh --python 3.11   # for this machine's Python (local check)
-#   bash scripts/gpu_bundle.sh --tree-mib 20   # planned for the tree the device calls will send
-#   python scripts/gpu_bundle.py check         # there: does each call fit beside that tree?
+#   bash scripts/gpu_bundle.sh --tree-mib 20   # planned for a copied checkout of that size
+#   python scripts/gpu_bundle.py check         # there: does each transfer fit beside that tree?
 #
-# Writes .gpu_bundle/cpXY/{manifest.json,call1/,call2/,...}; each callN/ is what one
-# device call carries. It fails (exit 3), naming the working tree's heaviest folders, when the
-# payload needs more than 2 calls beside the tree (--max-calls). Compression runs at the lowest CPU priority (the machine is shared),
+# Writes .gpu_bundle/cpXY/{manifest.json,call1/,call2/,...}; each callN/ is what one transfer
+# of at most --call-mib (default 64 MiB, checkout included) brings. It fails (exit 3), naming the
+# working tree's heaviest folders, when the payload needs more than 2 of them (--max-calls). Compression runs at the lowest CPU priority (the machine is shared),
 # and the compressed tvm archive is cached in ~/.cache/cognate-gpu-bundle, so a second build for
 # another Python version takes seconds. Options: python scripts/gpu_bundle.py build --help.
 set -euo pipefail

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the project's GPU work on the GPU machine from the payload of scripts/gpu_bundle.sh (docs/gpu.md).
+# Runs the project's GPU work on a GPU host without network access, from the payload of
+# scripts/gpu_bundle.sh (docs/gpu.md, "Hosts without network access").
 #
-#   bash scripts/gpu_run.sh stage            # a call that brings payload parts: keep them, probe the machine
+#   bash scripts/gpu_run.sh stage            # keep the payload parts brought so far, probe the host
 #   bash scripts/gpu_run.sh all [ARGS...]    # the prepared run, inside COGNATE_GPU_BUDGET_S seconds (default 450)
 #   bash scripts/gpu_run.sh run [ARGS...]    # self-test, then benchmarks/gpu_check.py --quick ARGS
 #   bash scripts/gpu_run.sh selftest         # import TVM, build, compile and run one CUDA kernel
@@ -9,15 +10,14 @@
 #   bash scripts/gpu_run.sh gnn [ARGS...]    # benchmarks/gnn_end_to_end.py --device cuda ARGS (GCN epochs vs
 #                                            # torch.sparse on cuSPARSE), inside COGNATE_GPU_BUDGET_S seconds
 #
-# Files a device call carries are gone at the next call; what a command writes outside the
-# repository stays while the machine is warm. So every mode first copies the parts this call
-# carries (.gpu_bundle/cpXY/callN/) to the stage, $COGNATE_GPU_STAGE (default
-# /tmp/cognate-gpu-stage/cpXY), and the payload is checked and unpacked there, once. Nothing is
-# installed into the machine's Python: the unpacked groups and python/ go on PYTHONPATH (the
-# optional `extra` group after the machine's own packages, so it only fills what is missing).
+# The payload's parts may come over in several copies, each replacing .gpu_bundle/cpXY/callN/ in the
+# checkout. So every mode first copies the parts present now (.gpu_bundle/cpXY/callN/) to the
+# stage, $COGNATE_GPU_STAGE (default /tmp/cognate-gpu-stage/cpXY, outside the repository), where they
+# add up, and the payload is checked and unpacked there, once. Nothing is installed into the host's
+# Python: the unpacked groups and python/ go on PYTHONPATH (the
+# optional `extra` group after the host's own packages, so it only fills what is missing).
 #
-# Results go to $OUT (the device tool brings back at most 8 files, 2 folders deep), or to
-# .gpu_bundle/out where OUT is unset. `all` writes: gpu_run.log (everything printed),
+# Results go to $OUT, or to .gpu_bundle/out where OUT is unset. `all` writes: gpu_run.log (everything printed),
 # gpu_run_steps.tsv (each step's exit status and seconds, appended as it ends), gpu_check.json and
 # gpu_check.md (rewritten after every phase), gpu_sweep_dataset.tar.gz (the sweep in the dataset
 # format, rewritten after every matrix) and gpu_tune_cli.json, so a run killed at any point still
@@ -53,7 +53,7 @@ case "$STAGE/" in "$ROOT"/*) echo "COGNATE_GPU_STAGE must lie outside the reposi
 log() { echo "[gpu_run $(date -u +%H:%M:%S) +${SECONDS}s] $*"; }
 
 stage() {
-  # the parts this call carries join those of earlier calls (kept on the stage, outside the tree)
+  # the parts present now join those staged earlier (kept on the stage, outside the tree)
   local n=0 f
   for f in "$BUNDLE"/call*/*; do
     [ -f "$f" ] || continue
@@ -89,7 +89,7 @@ EOF
 }
 
 gpu_arch() {
-  # sm_XY of GPU 0 (nvidia-smi's compute capability), else sm_90 (the H200 this flow is made for)
+  # sm_XY of GPU 0 (nvidia-smi's compute capability), else sm_90 (H100 / H200)
   local cap
   cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
   case "$cap" in 80|90) echo "sm_$cap" ;; *) echo sm_90 ;; esac

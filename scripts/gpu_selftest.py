@@ -1,6 +1,6 @@
 """Self-test of a TVM install for the `cuda` target: import, build, compile, and (with a GPU) run.
 
-Run first on the GPU machine (`bash scripts/gpu_run.sh run` does), and here on an
+Run first on a GPU host (`bash scripts/gpu_run.sh run` does, from the offline payload), and on an
 unpacked payload to check it without a GPU:
 
 1. `import tvm` (and say where it came from);

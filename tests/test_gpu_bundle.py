@@ -223,7 +223,7 @@ def test_xz_settings_use_the_x86_filter_and_decode_with_plain_tarfile(gb, tmp_pa
 
 
 def test_payload_directory_is_ignored_by_git():
-    """The bundle travels with the device tool's `carry` only if git ignores it (and never commits it)."""
+    """The payload is copied beside the checkout, never committed: git must ignore it."""
     proc = subprocess.run(["git", "check-ignore", "-q", ".gpu_bundle/cp312/call1/tvm.tar.xz.part-00"],
                           cwd=REPO, capture_output=True)
     assert proc.returncode == 0, "add .gpu_bundle/ to .gitignore"

@@ -178,7 +178,7 @@ class FakeVendor:
 
 def test_whole_gpu_flow_on_a_fake_backend(gc, monkeypatch, tmp_path):
     """Every phase after the environment, with the GPU replaced by FakeBackend: the bookkeeping
-    that would otherwise first run on the borrowed GPU."""
+    that would otherwise first run on a GPU host."""
     import functools
 
     import cognate_tvm.backends as backends_pkg

@@ -1,8 +1,9 @@
 """scripts/gpu_run.sh without a GPU: staging across calls, the prepared run's budget, collect.
 
-The device tool drops the files a call carries before the next call, but keeps what a command
-wrote outside the repository while the machine is warm; these tests replay two calls that each
-carry one part of a (tiny, fake) payload, on this machine's Python.
+A payload may reach the GPU host in several copies, each bringing some of its parts into
+.gpu_bundle/cpXY/callN/ and possibly replacing the last ones; gpu_run.sh keeps the parts on a stage
+outside the repository. These tests replay two runs that each bring one part of a (tiny, fake)
+payload, on this machine's Python.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Full sweeps: every config of a space timed on each matrix, as a dataset.
 
 Running one (`Sweep`). `collect` measures seeded samples of configs and resumes a killed run; a
-sweep measures *every* config of each op on each matrix, once, on a machine lent for minutes (the
+sweep measures *every* config of each op on each matrix, once, within a time budget (the
 GPU check, `benchmarks/gpu_check.py`): it looks at the clock between chunks of configs, skips a
 matrix predicted not to fit in the time left (and tries the next, maybe smaller, one), keeps the
 configs of a matrix it had to cut short, and writes each matrix's timings to a dataset
