@@ -251,19 +251,34 @@ def plot(result: dict, path: Path) -> None:
         ax.legend(fontsize=7)
 
 
+def start(threads: int):
+    """TVM's and torch's thread counts and the log set up; returns the load average before the run."""
+    os.environ.setdefault("TVM_NUM_THREADS", str(threads))
+    import torch
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    log.setLevel(logging.INFO)
+    torch.set_num_threads(threads)
+    return os.getloadavg()
+
+
+def machine(load_before, extra: str = "") -> str:
+    """The machine, torch (and `extra`) and the load average at the start and now, for a report."""
+    import torch
+
+    return (f"{_platform.processor() or _platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
+            f"{extra}; load average (1 min) {load_before[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
+    load_before = start(args.threads)
     import torch
 
     from cognate_tvm.torch.graphs import make_graph
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    log.setLevel(logging.INFO)
-    torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     graph = make_graph(args.graph, args.nodes, features=args.features, classes=args.classes, seed=args.seed)
-    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="gnn_e2e_") as tmp:
         sides, tuning = make_sides(graph, device, args, Path(tmp))
         rows = [summarize(w, time_width(graph, sides, w, device, args), tuning, args.classes) for w in args.widths]
@@ -271,9 +286,7 @@ def main(argv=None) -> dict:
               "device": str(device), "threads": args.threads, "epochs": args.epochs, "rounds": args.rounds,
               "features": args.features, "classes": args.classes, "ready_s": tuning["ready_s"],
               "graph": {"name": graph.name, "nodes": graph.nodes, "nnz": int(graph.adjacency.nnz)},
-              "machine": f"{_platform.processor() or _platform.machine()}, {os.cpu_count()} cores, torch "
-                         f"{torch.__version__}; load average (1 min) {load_before[0]:.1f} at the start, "
-                         f"{os.getloadavg()[0]:.1f} at the end",
+              "machine": machine(load_before),
               "rows": rows}
     write_report(result, Path(args.out))
     print((Path(args.out) / "gnn_end_to_end.md").read_text())

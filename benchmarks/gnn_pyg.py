@@ -36,18 +36,15 @@ import argparse
 import copy
 import json
 import logging
-import os
-import platform as _platform
 import shlex
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 from common import figure
-from gnn_end_to_end import Timer, random_search
+from gnn_end_to_end import Timer, machine, random_search, start
 
 log = logging.getLogger("gnn_pyg")
 GCN_SIDES = ("pyg", "pyg-csr", "pyg-csr+At", "tuned", "baseline-config", "random-search", "tuned-bf16")
@@ -313,23 +310,17 @@ def run_graph(spec: str, args, root: Path) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
-    import torch
-
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    load_before = start(args.threads)
     log.setLevel(logging.INFO)
-    torch.set_num_threads(args.threads)
-    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="gnn_pyg_") as tmp:
         rows = [run_graph(spec, args, Path(tmp)) for spec in args.graphs]
     import torch_geometric
 
     result = {"command": "python benchmarks/gnn_pyg.py " + shlex.join(sys.argv[1:] if argv is None else argv),
               "threads": args.threads, "epochs": args.epochs, "rounds": args.rounds, "features": args.features,
-              "hidden": args.hidden, "dropout": args.dropout, "heads": args.heads, "head_width": args.head_width, "classes": args.classes,
-              "machine": f"{_platform.processor() or _platform.machine()}, {os.cpu_count()} cores, torch "
-                         f"{torch.__version__}, torch_geometric {torch_geometric.__version__}; load average "
-                         f"(1 min) {load_before[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end",
+              "hidden": args.hidden, "dropout": args.dropout, "heads": args.heads, "head_width": args.head_width,
+              "classes": args.classes,
+              "machine": machine(load_before, f", torch_geometric {torch_geometric.__version__}"),
               "rows": rows}
     write_report(result, Path(args.out))
     print((Path(args.out) / "gnn_pyg.md").read_text())
