@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from common import figure
-from gnn_end_to_end import Timer, machine, random_search, start
+from gnn_end_to_end import Timer, TransposedCSR, machine, random_search, start
 
 log = logging.getLogger("gnn_pyg")
 GCN_SIDES = ("pyg", "pyg-csr", "pyg-csr+At", "tuned", "baseline-config", "random-search", "tuned-bf16")
@@ -106,25 +106,16 @@ def attention_model(conv, args, classes, **options):
 
 
 def transpose_cached_gcnconv():
-    """PyG's GCNConv whose sparse-adjacency product keeps the transpose it needs in backward."""
-    import torch
+    """PyG's GCNConv whose sparse-adjacency product keeps the transpose it needs in backward
+    (gnn_end_to_end's `TransposedCSR`, made once per adjacency)."""
     from torch_geometric.nn import GCNConv
-
-    class _MM(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, adj_t, at, x):
-            ctx.at = at
-            return torch.sparse.mm(adj_t, x)
-
-        @staticmethod
-        def backward(ctx, grad):
-            return None, None, torch.sparse.mm(ctx.at, grad.contiguous())
 
     class CachedTransposeGCNConv(GCNConv):
         def message_and_aggregate(self, adj_t, x):
-            if getattr(self, "_at_of", None) is not adj_t:
-                self._at_of, self._at = adj_t, adj_t.to_sparse_coo().t().coalesce().to_sparse_csr()
-            return _MM.apply(adj_t, self._at, x)
+            if getattr(self, "_product_of", None) is not adj_t:
+                at = adj_t.to_sparse_coo().t().coalesce().to_sparse_csr()
+                self._product_of, self._product = adj_t, TransposedCSR(adj_t, at)
+            return self._product @ x
 
     return CachedTransposeGCNConv
 

@@ -122,6 +122,11 @@ class LLVMBackend(Backend):
     def kernel_cache(self):
         return self._cache
 
+    @property
+    def llvm_target(self):
+        """The TVM target the kernels are built for (this backend's threads and CPU); `target` is the name."""
+        return self._target
+
     def kernel_threads(self) -> int:
         return self.num_threads
 

@@ -14,7 +14,7 @@ from ..space.base import Config
 
 
 def export_llvm_kernel(backend, op: Op, config: Config, feat: int, directory: Path, stem: str) -> dict:
-    """The exported TVM library of `config`'s kernel (entry "main"); see cognate_tvm.kernels.cpu.
+    """The exported TVM library of `config`'s kernel (entry "main"); see cognate_tvm.kernels.cpu_operands for its arguments.
 
     `backend` gives the threads and the CPU (``num_threads``, ``mcpu``) the kernel is built for.
     """
@@ -27,7 +27,7 @@ def export_llvm_kernel(backend, op: Op, config: Config, feat: int, directory: Pa
                  dtype=dtype).export_library(str(path))
     return {"library": path.name, "entry": "main",
             "arguments": "m, ncols, nnz, npanels, indptr, indices, vals, [perm (SDDMM with column panels)], "
-                         "dense operands padded to padded_width, output (cognate_tvm.kernels.cpu."
+                         "dense operands padded to padded_width, output (cognate_tvm.kernels.cpu_operands."
                          "kernel_arguments builds them; register-blocked configs take the row-block form)",
             "padded_width": config.padded_width(feat), "dense_dtype": dtype}
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -26,6 +27,7 @@ import torch
 
 from ..backends.base import Backend
 from ..errors import DeviceUnavailableError
+from ..kernels.cpu_operands import pack_arguments, panel_permutation, prepare_sparse
 from ..ops import get_op
 from ..space import create as create_space
 from ..space.base import Config, Space
@@ -88,12 +90,10 @@ def pad_columns(tensor: torch.Tensor, width: int) -> torch.Tensor:
 
 
 class CPURunner(Runner):
-    """A TVM-built CPU kernel (:mod:`cognate_tvm.kernels.cpu`; argument order there)."""
+    """A TVM-built CPU kernel (:mod:`cognate_tvm.kernels.cpu`; its arguments: :mod:`cognate_tvm.kernels.cpu_operands`)."""
 
     def __init__(self, op: str, matrix: sp.csr_matrix, config, feat: int, module, device: torch.device,
                  dtype: str = "float32"):
-        from ..kernels.cpu_operands import panel_permutation, prepare_sparse
-
         super().__init__(op, matrix, config, feat, device)
         sparse = prepare_sparse(op, matrix, config)
         self.func = module["main"]
@@ -114,8 +114,6 @@ class CPURunner(Runner):
         self._gather = GatherCache()
 
     def __call__(self, values, *dense):
-        from ..kernels.cpu_operands import pack_arguments
-
         vals = values if self.order is None else self._gather(values, self.order, self.fill)
         sddmm = self.op == "sddmm"
         out = torch.empty((self.nnz,) if sddmm else (self.shape[0], self.width), dtype=torch.float32)
@@ -218,8 +216,6 @@ def quiet_thread_pool() -> None:
 
     TVM reads it when its pool starts (the first parallel kernel of the process); later it changes nothing.
     """
-    import os
-
     os.environ.setdefault(SPIN_COUNT_ENV, "0")
 
 
@@ -236,22 +232,18 @@ class CPUPlatform(Platform):
         threads = int(num_threads or torch.get_num_threads())
         quiet_thread_pool()
         self._backend = LLVMBackend(num_threads=threads, cache_dir=kernel_dir, dtype=dtype)
-        self._attention_target = None
 
     @property
     def backend(self) -> Backend:
         return self._backend
 
     def target_name(self) -> str:
-        return self._backend.metadata()["llvm_target"]
+        return str(self._backend.llvm_target)
 
     def attention_kernel(self, heads, dim, value_dim):
-        from ..kernels.cpu import cpu_target
         from ..kernels.cpu_attention import build_attention_kernel
 
-        if self._attention_target is None:
-            self._attention_target = cpu_target(self._backend.num_threads, self._backend.mcpu)
-        module = build_attention_kernel(heads, dim, value_dim, self._attention_target,
+        module = build_attention_kernel(heads, dim, value_dim, self._backend.llvm_target,
                                         cache=self._backend.kernel_cache)
         return module["main"]
 
