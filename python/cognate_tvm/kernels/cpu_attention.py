@@ -97,14 +97,12 @@ class _AttentionWriter:
         self.spec = spec
         self.w = ScriptWriter()
 
-    def vector(self, depth: int, width: int, body: str) -> int:
-        """Loops over `width` columns as unrolled chunks of vector lanes (column index `col`) around
-        `body`; returns the depth of the body."""
+    def vector(self, depth: int, width: int, body: str) -> None:
+        """Loops over `width` columns as unrolled chunks of vector lanes (column index `col`) around `body`."""
         lanes = lanes_for(width)
         self.w(depth, f"for jo in T.unroll({width // lanes}):")
         self.w(depth + 1, f"for jv in T.vectorized({lanes}):")
         self.w(depth + 2, body.replace("col", f"(jo * {lanes} + jv)"))
-        return depth + 2
 
     def source(self) -> str:
         s, w = self.spec, self.w

@@ -126,8 +126,7 @@ def from_data(data, *, normalize: str | None = None, **options) -> SparseMatrix:
     raise ValueError(f"normalize must be None or 'gcn', got {normalize!r}")
 
 
-def cached_matrix(build, edge_index: torch.Tensor, edge_weight: torch.Tensor | None, settings: tuple,
-                  **kwargs) -> SparseMatrix:
+def cached_matrix(build, edge_index: torch.Tensor, edge_weight: torch.Tensor | None, **kwargs) -> SparseMatrix:
     """`build(edge_index, edge_weight=..., **kwargs)`, reused while the same unchanged tensors come back.
 
     Tensors are recognised by their memory and torch's version counter (an in-place
@@ -136,8 +135,7 @@ def cached_matrix(build, edge_index: torch.Tensor, edge_weight: torch.Tensor | N
     def identity(t):
         return None if t is None else (t.data_ptr(), t._version, tuple(t.shape), str(t.device))
 
-    key = (build.__name__, identity(edge_index), identity(edge_weight), settings,
-           tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+    key = (build.__name__, identity(edge_index), identity(edge_weight), tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
     for n, (stored, _, matrix) in enumerate(_ADJACENCY_CACHE):
         if stored == key:
             _ADJACENCY_CACHE.append(_ADJACENCY_CACHE.pop(n))
@@ -179,10 +177,10 @@ class GCNConv(nn.Module):
         if isinstance(edge_index, SparseMatrix):
             return edge_index
         if self.normalize:
-            return cached_matrix(gcn_adjacency, edge_index, edge_weight, (self.improved, self.add_self_loops),
+            return cached_matrix(gcn_adjacency, edge_index, edge_weight,
                                  num_nodes=num_nodes, improved=self.improved, add_self_loops=self.add_self_loops,
                                  **self.kernel_options)
-        return cached_matrix(from_edge_index, edge_index, edge_weight, (), num_nodes=num_nodes,
+        return cached_matrix(from_edge_index, edge_index, edge_weight, num_nodes=num_nodes,
                              **self.kernel_options)
 
     def forward(self, x: torch.Tensor, edge_index, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
@@ -228,7 +226,7 @@ class TransformerConv(nn.Module):
         if isinstance(edge_index, SparseMatrix):
             matrix = edge_index
         else:
-            matrix = cached_matrix(from_edge_index, edge_index, None, (),
+            matrix = cached_matrix(from_edge_index, edge_index, None,
                                    size=(source.shape[0], target.shape[0]), **self.kernel_options)
         out = graph_attention(matrix, self.lin_query(target).contiguous(), self.lin_key(source).contiguous(),
                               self.lin_value(source).contiguous(), heads=self.heads,
