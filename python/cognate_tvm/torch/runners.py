@@ -206,8 +206,8 @@ class Platform(ABC):
 
 # TVM's pool workers spin after each kernel before they sleep (TVM_THREAD_POOL_SPIN_COUNT). Between
 # kernels, a model runs torch's own parallel ops (matmuls, activations), whose threads then share the
-# cores with spinning TVM workers: on 2 cores a GCN epoch took 1.2-1.45x as long as with workers that
-# sleep at once (benchmarks/gnn_pyg.py's GCN, community graph).
+# cores with spinning TVM workers: on 2 cores the GCN epoch of benchmarks/gnn_pyg.py (community graph,
+# baseline configs) took 1.2-1.45x as long as with workers that sleep at once, in three pairs of runs.
 SPIN_COUNT_ENV = "TVM_THREAD_POOL_SPIN_COUNT"
 
 
