@@ -101,7 +101,7 @@ INSTALL_REQUIRES = [
 
 EXTRAS_REQUIRE = {
     # The test suite and the benchmarks' plots.
-    "dev": ["pytest>=8", "matplotlib>=3.8,<4"],
+    "dev": ["pytest>=8", "matplotlib>=3.8,<4", "pillow>=10"],
     # Intel MKL as the CPU vendor baseline (x86-64 only; without it scipy is the reference).
     "mkl": ["sparse_dot_mkl>=0.9,<1; platform_machine == 'x86_64' or platform_machine == 'AMD64'",
             "mkl>=2024; platform_machine == 'x86_64' or platform_machine == 'AMD64'"],

@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from types import SimpleNamespace
 
-from common import setup_logging
+from common import save_png, setup_logging
 from gpu_check import hbm_floor_ms
 
 from cognate_tvm.data import load_frame
@@ -85,7 +85,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_title(f"{op}: best chunked / best plain schedule")
         ax.set_xlabel("speedup (log)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_png(fig, path, dpi=120)
     plt.close(fig)
 
 

@@ -38,6 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import transfer  # noqa: E402  (the CPU source data and model of benchmarks/transfer.py)
+from common import save_png  # noqa: E402
 
 from cognate_tvm import transfer as protocol  # noqa: E402
 from cognate_tvm.train import LOSSES  # noqa: E402
@@ -368,7 +369,7 @@ def plot(op: str, result: dict, params, path: Path) -> None:
     ax.set_title(f"CPU -> GPU transfer, {op}, {len(params.seeds)} splits")
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path, dpi=110)
     plt.close(fig)
 
 

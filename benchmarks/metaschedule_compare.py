@@ -30,7 +30,8 @@ there is no cross-matrix pool to choose from) it is instead the best fixed confi
 model `CognateModel()` loads keeps from its own training matrices, re-timed on every matrix. Goal: CognateModel reaches 0.95 within 8 trials, where
 XGBoost needs at least 4x more trials. Outputs in --out: ``results.jsonl`` (one object
 per search; a rerun skips the searches already there), ``retimed.jsonl`` (per matrix and
-config, resumed the same way), ``summary.json``, ``summary.md`` and
+config, resumed the same way), ``runs.parquet`` (per search and trial count: its pick,
+finalists and fractions), ``summary.json`` (the rest), ``summary.md`` and
 ``metaschedule_compare.png``.
 
     python benchmarks/metaschedule_compare.py --out benchmarks/results/ms_compare          # full: 5 matrices
@@ -52,11 +53,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from tqdm import tqdm
 
 from cognate_tvm import baselines
 from cognate_tvm.space import create as create_space
-from common import add_matrix_arguments, eval_matrices, present_geomean, quantiles, setup_logging
+from common import add_matrix_arguments, eval_matrices, present_geomean, quantiles, save_png, setup_logging
 
 EVAL_SEED = 9_100_000
 METHODS = ("cognate", "xgb", "random", "cognate_tune_kernels")
@@ -352,7 +354,7 @@ def plot(summary: dict, methods, trials, path: Path) -> None:
     ax.set_ylabel("best of all picks / pick" + (" (re-timed)" if summary.get("confirmed_table") else ""))
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_png(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -361,6 +363,12 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--op", default="spmm", choices=["spmm", "sddmm"])
     add_matrix_arguments(parser, matrices=5, min_rows=4000, max_rows=30000)
     parser.add_argument("--feat", type=int, default=128)
+
+
+def write_runs(views: list[dict], path: Path) -> None:
+    """One row per search and trial count (its picks, finalists and fractions) as a table: Parquet
+    stores the repeated config strings a fraction as large as the summary's JSON does."""
+    pd.DataFrame(views).to_parquet(path, index=False)
 
 
 def main(argv=None) -> int:
@@ -425,7 +433,8 @@ def main(argv=None) -> int:
     summary["best_fixed"]["chosen"] = fixed_chosen
     summary.update(retime_rounds=args.retime_rounds, finalists=args.finalists, runs=views,
                    record_drift=record_drift(searches, times, args.methods) if args.retime_rounds else None)
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_runs(views, args.out / "runs.parquet")
+    (args.out / "summary.json").write_text(json.dumps({k: v for k, v in summary.items() if k != "runs"}, indent=1))
     (args.out / "summary.md").write_text(markdown(summary, args.methods, trials))
     plot(summary, args.methods, trials, args.out / "metaschedule_compare.png")
     print(markdown(summary, args.methods, trials))

@@ -38,7 +38,7 @@ from tqdm import tqdm
 from cognate_tvm import simulator
 from cognate_tvm.matrix import as_csr, generate_corpus
 from cognate_tvm.space import create as create_space
-from common import setup_logging
+from common import save_png, setup_logging
 
 logger = logging.getLogger("spade_space")
 
@@ -178,7 +178,7 @@ def plot(summary: dict, path: Path) -> None:
                   fontsize=9)
     ax3.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_png(fig, path, dpi=120)
     plt.close(fig)
 
 

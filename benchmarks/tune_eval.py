@@ -45,7 +45,9 @@ random with tune's budget over 1000 draws.
 Outputs in --out:
 ``results.jsonl`` (one object per matrix: tune's run and the random sweep; a
 rerun skips the matrices already there and re-times), ``summary.json`` (with
-the re-timed rows), ``summary.md`` (a markdown table) and ``tune_eval.png``.
+the re-timed rows, their sweeps left out), ``sweeps.parquet`` (the random sweeps'
+times: matrix, config, time_ms; a failed or wrong config has none), ``summary.md``
+(a markdown table) and ``tune_eval.png``.
 
     python benchmarks/tune_eval.py --out benchmarks/results/tune_eval                # full: 10 matrices, 2k-60k rows
     python benchmarks/tune_eval.py --matrix-file A.mtx --matrix-file B.npz --threads 2 --out OUT  # your matrices
@@ -64,6 +66,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from tqdm import tqdm
 
 from cognate_tvm import baselines, space, tuning
@@ -72,7 +75,7 @@ from cognate_tvm.matrix import load_matrix
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.ops import get_op
 from cognate_tvm.tuning.search import DEFAULT_STRATEGY, STRATEGIES
-from common import SPLITS, add_matrix_arguments, eval_matrices, present_geomean, setup_logging, split_part
+from common import SPLITS, add_matrix_arguments, eval_matrices, present_geomean, save_png, setup_logging, split_part
 
 EVAL_SEED = 9_000_000
 log = logging.getLogger("tune_eval")
@@ -190,6 +193,14 @@ def sweep_times(sweep, rejected) -> list:
     wrong-output config has None."""
     wrong = {r.config for r in rejected}
     return [[r.config.to_json(), r.time_ms if r.ok and r.config not in wrong else None] for r in sweep]
+
+
+def write_sweeps(rows: list[dict], path: Path) -> None:
+    """The rows' random sweeps as one table (matrix, config json, time_ms): Parquet stores the
+    repeated config strings a tenth as large as the rows' JSON does."""
+    records = [(row["matrix"], config, time_ms) for row in rows for config, time_ms in row.get("sweep") or ()]
+    frame = pd.DataFrame(records, columns=["matrix", "config", "time_ms"]).astype({"time_ms": float})
+    frame.to_parquet(path, index=False)
 
 
 def budget_draw(rng: np.random.Generator, sweep_size: int, k: int) -> np.ndarray:
@@ -333,7 +344,7 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.set_ylabel("speedup over the baseline config")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_png(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -422,7 +433,9 @@ def main(argv=None) -> int:
     rows = retime(rows, matrices, backend=backend, op=args.op, feat=args.feat, top_k=args.top_k, seed=args.seed,
                   rounds=args.retime_rounds)
     summary = summarize(rows, args)
-    (args.out / "summary.json").write_text(json.dumps({**summary, "rows": rows}, indent=1))
+    write_sweeps(rows, args.out / "sweeps.parquet")
+    public_rows = [{k: v for k, v in row.items() if k != "sweep"} for row in rows]
+    (args.out / "summary.json").write_text(json.dumps({**summary, "rows": public_rows}, indent=1))
     (args.out / "summary.md").write_text(markdown(rows, summary))
     plot(rows, args.out / "tune_eval.png")
     print(markdown(rows, summary))

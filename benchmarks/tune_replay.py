@@ -47,7 +47,7 @@ from cognate_tvm.matrix import generate_corpus
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.metrics import mean_log_slowdown
 from cognate_tvm.tuning.search import Adaptive
-from common import SPLITS, split_part
+from common import SPLITS, save_png, split_part
 
 log = logging.getLogger("tune_replay")
 
@@ -229,7 +229,7 @@ def combine(directories: list[Path], out: Path) -> str:
     ax.set_ylim(0.3, 1.02)
     ax.legend(fontsize=7, ncol=4, loc="lower center")
     fig.tight_layout()
-    fig.savefig(out / "combined.png", dpi=120)
+    save_png(fig, out / "combined.png", dpi=120)
     plt.close(fig)
     return text
 

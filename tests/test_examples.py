@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 
@@ -89,6 +90,12 @@ def test_tune_eval_benchmark_at_test_size(shipped, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     retimed = summary["rows"]
     sweep_configs = [{c for c, _ in r["sweep"]} for r in rows]
+    # the sweeps are kept in sweeps.parquet, not repeated in summary.json
+    assert all("sweep" not in r for r in retimed)
+    table = pd.read_parquet(out / "sweeps.parquet")
+    expected = pd.DataFrame([(r["matrix"], c, t) for r in rows for c, t in r["sweep"]],
+                            columns=["matrix", "config", "time_ms"]).astype({"time_ms": float})
+    pd.testing.assert_frame_equal(table, expected)
     for r, configs in zip(retimed, sweep_configs):
         # every method's pick was re-timed beside the baseline, in one call
         for method in ("tune", "tune_oneshot", "tune_ranking", "tune_budget", "train_fixed", "random",
@@ -171,7 +178,7 @@ def test_metaschedule_compare_at_test_size(shipped, tmp_path):
     assert [(r["method"], r["max_trials"]) for r in searches] == [("cognate", 8), ("random", 8)] * 2
     assert all(r["error"] is None and r["best_ms"] > 0 and len(r["trials_log"]) == 8 for r in searches), searches
     summary = json.loads((out / "summary.json").read_text())
-    views = summary["runs"]
+    views = pd.read_parquet(out / "runs.parquet").to_dict("records")
     assert [(v["method"], v["trials"]) for v in views] == [("cognate", 4), ("cognate", 8), ("random", 4),
                                                             ("random", 8)] * 2
     best = {name: min(v["best_ms"] for v in views if v["matrix"] == name) for name in {v["matrix"] for v in views}}

@@ -120,7 +120,10 @@ def write_snapshot(path: str | Path, roots: tuple[str, ...] | None = None) -> Pa
     names, adjacency = python_import_graph(roots)
     adjacency = adjacency.tocsr()
     adjacency.sort_indices()
-    np.savez_compressed(path, names=np.array(names), indptr=adjacency.indptr.astype(np.int32),
+    # names as one UTF-8 text, a line each: numpy's fixed-width unicode array pads every name to the
+    # longest in 4-byte characters, which even compressed doubles the file
+    text = np.frombuffer("\n".join(names).encode(), dtype=np.uint8)
+    np.savez_compressed(path, names_utf8=text, indptr=adjacency.indptr.astype(np.int32),
                         indices=adjacency.indices.astype(np.int32))
     return Path(path)
 
@@ -129,7 +132,7 @@ def write_snapshot(path: str | Path, roots: tuple[str, ...] | None = None) -> Pa
 def load_snapshot(path: str | Path = SNAPSHOT) -> tuple[tuple[str, ...], sp.csr_matrix]:
     """(module names sorted, adjacency importer -> imported) of a scan written by `write_snapshot`."""
     with np.load(path) as data:
-        names = tuple(str(n) for n in data["names"])
+        names = tuple(data["names_utf8"].tobytes().decode().split("\n"))
         indptr, indices = data["indptr"], data["indices"]
     adjacency = sp.csr_matrix((np.ones(indices.size), indices, indptr), shape=(len(names), len(names)))
     return names, adjacency
