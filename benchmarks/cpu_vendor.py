@@ -31,7 +31,12 @@ threads:
   are timed again below and the fastest there is "best of space (sampled)".
 - tune's pick: `cognate_tvm.tuning.tune` as ``python -m cognate_tvm.tune`` runs it by default (the
   adaptive search, the baseline + 7 measured, the winner checked).
-- side by side: the baseline, the finalists and tune's pick are timed again in one
+- beside tune, with no more knowledge of the matrix: the best fixed config (the first of the model's
+  best fixed configs, chosen on its training data, that the space offers on these threads) and random
+  search with tune's number of measurements (the baseline and that many - 1 configs drawn, seed
+  `--seed` + 2, from the sweep's sample; the fastest correct by the sweep's own times).
+- side by side: the baseline, the finalists, tune's pick, the best fixed config and random search's
+  pick are timed again in one
   `backends.base.measure_side_by_side` call per matrix, `--rounds` (5) rounds with the order
   rotated, outputs checked in the first; each time is the median over rounds. "best" is the finalist
   (the baseline is one) with the lowest median, so best <= baseline.
@@ -108,7 +113,8 @@ FLOOR_DEFINITION = ("floor_ms = minimal bytes / copy bandwidth; minimal bytes = 
                     "arrays) + 4 K N (B read once) + 4 M N (C written once); copy bandwidth = (read + write "
                     "bytes) / time of torch dst.copy_(src) of a large float32 array on the same threads")
 KERNELS = {"mkl_prealloc": "MKL, preallocated C", "mkl_alloc": "MKL, allocating C", "baseline": "baseline config",
-           "best": "best of space (sampled)", "tune": "tune's pick", "bf16": "best, bfloat16 B"}
+           "best": "best of space (sampled)", "tune": "tune's pick", "fixed": "best fixed config",
+           "random_same": "random, tune's measurements", "bf16": "best, bfloat16 B"}
 
 
 # -- matrices --------------------------------------------------------------------------------------------
@@ -252,6 +258,16 @@ def finalists(results: list, baseline, count: int) -> list:
     return list(dict.fromkeys([baseline] + [r.config for r in fastest]))
 
 
+def random_same_pick(results: list, sampled: int, measurements: int, seed: int):
+    """Random search with `measurements` measurements, from the sweep's own times: the baseline (the
+    sample's first) and `measurements` - 1 of the sample's other configs drawn with `seed`; its
+    fastest correct config (None when none of them ran correctly)."""
+    rng = np.random.default_rng(seed)
+    others = rng.choice(np.arange(1, sampled), size=min(max(measurements - 1, 0), sampled - 1), replace=False)
+    drawn = correct([results[0]] + [results[i] for i in sorted(others)])
+    return min(drawn, key=lambda r: r.time_ms).config if drawn else None
+
+
 def _median(values) -> float | None:
     """Median of a config's round times; None when a round has none (failed, or a wrong output)."""
     values = list(values)
@@ -383,18 +399,21 @@ def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, b
     tuned = tuning.tune(SPMM, matrix, backend=backend, feat=feat,
                         options=tuning.TuneOptions(seed=seed, pretrained_root=args.pretrained_dir, name=name))
     tune_pick = tuned.chosen.config if tuned.chosen is not None else None
+    fixed = next(iter(tuning.fixed_candidates(tuned.model, cpu_space, candidates)), None)
+    random_pick = random_same_pick(results, sampled, len(tuned.measured), seed + 2)
     row.update(tune_measurements=len(tuned.measured), tune_notes=list(tuned.notes))
 
     kept = finalists(results, baseline, args.finalists)
-    configs = list(dict.fromkeys(kept + ([tune_pick] if tune_pick is not None else [])))
+    sides = {"tune": tune_pick, "fixed": fixed, "random_same": random_pick}
+    configs = list(dict.fromkeys(kept + [c for c in sides.values() if c is not None]))
     medians = retime(backend, matrix, configs, feat=feat, seed=seed, rounds=args.rounds)
     timed = {c: medians[c] for c in kept if medians[c] is not None}
     best = min(timed, key=timed.get) if timed else None
     row.update(retime_rounds=args.rounds, finalists=[{"config": c.to_dict(), "ms": medians[c]} for c in kept],
                baseline_config=baseline.to_dict(), baseline_ms=medians[baseline],
                best_config=None if best is None else best.to_dict(), best_ms=None if best is None else timed[best],
-               tune_config=None if tune_pick is None else tune_pick.to_dict(),
-               tune_ms=None if tune_pick is None else medians[tune_pick])
+               **{f"{side}_config": None if c is None else c.to_dict() for side, c in sides.items()},
+               **{f"{side}_ms": None if c is None else medians[c] for side, c in sides.items()})
 
     if measurers is not None and best is not None:
         row.update(bf16_row(measurers, cpu_space, candidates, best, count=args.sample, seed=seed + 1,
@@ -403,10 +422,10 @@ def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, b
     row.update(minimal_bytes=minimal_bytes(matrix, feat), bf16_minimal_bytes=minimal_bytes(matrix, feat, dense_bytes=2))
     set_floor(row, bandwidth_gb_s)
     mkl = row["mkl_prealloc_ms"]
-    for kernel in ("mkl_alloc", "baseline", "best", "tune", "bf16"):
+    for kernel in ("mkl_alloc", "baseline", "best", "tune", "fixed", "random_same", "bf16"):
         row[f"{kernel}_vs_mkl_prealloc"] = _ratio(mkl, row.get(f"{kernel}_ms"))
-    row["best_vs_baseline"] = _ratio(row["baseline_ms"], row["best_ms"])
-    row["tune_vs_baseline"] = _ratio(row["baseline_ms"], row["tune_ms"])
+    for kernel in ("best", "tune", "fixed", "random_same"):
+        row[f"{kernel}_vs_baseline"] = _ratio(row["baseline_ms"], row[f"{kernel}_ms"])
     row["tune_vs_best"] = _ratio(row["best_ms"], row["tune_ms"])
     row["seconds"] = round(time.perf_counter() - start, 1)
     return row
@@ -415,7 +434,8 @@ def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, b
 # -- reports -----------------------------------------------------------------------------------------------
 
 RATIOS = ("mkl_alloc_vs_mkl_prealloc", "baseline_vs_mkl_prealloc", "best_vs_mkl_prealloc", "tune_vs_mkl_prealloc",
-          "bf16_vs_mkl_prealloc", "best_vs_baseline", "tune_vs_baseline", "tune_vs_best", "bf16_speedup",
+          "fixed_vs_mkl_prealloc", "random_same_vs_mkl_prealloc", "bf16_vs_mkl_prealloc", "best_vs_baseline",
+          "tune_vs_baseline", "fixed_vs_baseline", "random_same_vs_baseline", "tune_vs_best", "bf16_speedup",
           "bf16_same_config_speedup", *(f"{k}_floor_fraction" for k in KERNELS))
 
 
@@ -452,21 +472,27 @@ def markdown(result: dict) -> str:
              "bfloat16 best's ms.", ""]
     lines += [f"bfloat16: {result['bf16']}.", ""]
     lines += ["| matrix | nnz | MKL prealloc ms | MKL alloc ms | baseline ms | best of space ms | tune's pick ms | "
-              "best x MKL prealloc | tune x MKL prealloc | best, fraction of floor | bf16 / fp32 |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "best fixed ms | random (same) ms | best x MKL prealloc | tune x MKL prealloc | best fixed x MKL "
+              "prealloc | random (same) x MKL prealloc | best, fraction of floor | bf16 / fp32 |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['matrix']} | {r['nnz']} | {f(r['mkl_prealloc_ms'])} | {f(r['mkl_alloc_ms'])} | "
-                     f"{f(r['baseline_ms'])} | {f(r['best_ms'])} | {f(r['tune_ms'])} | "
-                     f"{f(r['best_vs_mkl_prealloc'])} | {f(r['tune_vs_mkl_prealloc'])} | "
-                     f"{f(r['best_floor_fraction'])} | {f(r.get('bf16_speedup'))} |")
-    g = lambda k: f(summary[f"{k}_geomean"])  # noqa: E731
-    lines.append(f"| geomean | | | | | | | {g('best_vs_mkl_prealloc')} | {g('tune_vs_mkl_prealloc')} | "
+                     f"{f(r['baseline_ms'])} | {f(r['best_ms'])} | {f(r['tune_ms'])} | {f(r.get('fixed_ms'))} | "
+                     f"{f(r.get('random_same_ms'))} | {f(r['best_vs_mkl_prealloc'])} | "
+                     f"{f(r['tune_vs_mkl_prealloc'])} | {f(r.get('fixed_vs_mkl_prealloc'))} | "
+                     f"{f(r.get('random_same_vs_mkl_prealloc'))} | {f(r['best_floor_fraction'])} | "
+                     f"{f(r.get('bf16_speedup'))} |")
+    g = lambda k: f(summary.get(f"{k}_geomean"))  # noqa: E731
+    lines.append(f"| geomean | | | | | | | | | {g('best_vs_mkl_prealloc')} | {g('tune_vs_mkl_prealloc')} | "
+                 f"{g('fixed_vs_mkl_prealloc')} | {g('random_same_vs_mkl_prealloc')} | "
                  f"{g('best_floor_fraction')} | {g('bf16_speedup')} |")
     lines += ["", "Geomeans over the matrices: "
               f"MKL allocating / preallocated {g('mkl_alloc_vs_mkl_prealloc')}x MKL prealloc's speed; "
               f"baseline {g('baseline_vs_mkl_prealloc')}x, best {g('best_vs_mkl_prealloc')}x, tune "
-              f"{g('tune_vs_mkl_prealloc')}x, bfloat16 best {g('bf16_vs_mkl_prealloc')}x MKL prealloc's speed; "
-              f"best / baseline {g('best_vs_baseline')}x, tune / baseline {g('tune_vs_baseline')}x, tune reaches "
+              f"{g('tune_vs_mkl_prealloc')}x, best fixed {g('fixed_vs_mkl_prealloc')}x, random (same) "
+              f"{g('random_same_vs_mkl_prealloc')}x, bfloat16 best {g('bf16_vs_mkl_prealloc')}x MKL prealloc's speed; "
+              f"over the baseline: best {g('best_vs_baseline')}x, tune {g('tune_vs_baseline')}x, best fixed "
+              f"{g('fixed_vs_baseline')}x, random (same) {g('random_same_vs_baseline')}x; tune reaches "
               f"{g('tune_vs_best')} of the best's speed; bf16 / fp32 {g('bf16_speedup')}x (the float32 best "
               f"config in bfloat16: {g('bf16_same_config_speedup')}x).", "",
               "Fraction of the floor (geomean): " + ", ".join(

@@ -7,10 +7,12 @@ import json
 import pickle
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from cognate_tvm import space
 from cognate_tvm.backends.vendor import MKLLibrary, mkl_available
 from cognate_tvm.matrix import generate
 from cognate_tvm.ops import SPMM
@@ -106,7 +108,25 @@ def test_sample_is_the_baseline_and_seeded_distinct_candidates(monkeypatch):
 
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory):
-    return ship(tiny_cpu_model(), tmp_path_factory.mktemp("pretrained"), ops=("spmm",))
+    model = tiny_cpu_model()
+    model.fixed["cpu"] = [FIXED.to_json()]  # the training data's best fixed config, as far as tune knows
+    return ship(model, tmp_path_factory.mktemp("pretrained"), ops=("spmm",))
+
+
+FIXED = space.create("cpu", "spmm").candidates(2)[7]
+
+
+def test_random_same_draws_the_baseline_and_measurements_minus_one_from_the_sample(monkeypatch):
+    bench = _load(monkeypatch)
+    ok = lambda name, ms: SimpleNamespace(config=name, ok=True, correct=True, time_ms=ms)  # noqa: E731
+    results = [ok("baseline", 10.0), ok("a", 1.0), ok("b", 2.0), ok("c", 3.0), ok("variant", 0.5)]
+    # every sampled config drawn: the fastest of the sample, never a knob variant measured after it
+    assert bench.random_same_pick(results, 4, 4, seed=0) == "a"
+    assert bench.random_same_pick(results, 4, 1, seed=0) == "baseline"  # tune measured only the baseline
+    picks = {bench.random_same_pick(results, 4, 2, seed=s) for s in range(20)}
+    assert picks == {"a", "b", "c"}  # one draw beside the baseline, seeded
+    wrong = [SimpleNamespace(config="baseline", ok=True, correct=False, time_ms=0.1)] + results[1:]
+    assert bench.random_same_pick(wrong, 4, 4, seed=0) == "a"  # a wrong output is never picked
 
 
 def test_benchmark_at_test_size(tmp_path, monkeypatch, shipped):
@@ -142,9 +162,12 @@ def test_benchmark_at_test_size(tmp_path, monkeypatch, shipped):
     assert row["best_ms"] == min(t for t in finalists.values() if t is not None)
     assert row["best_ms"] <= row["baseline_ms"]
     assert row["tune_config"] is not None and row["tune_ms"] > 0
-    for kernel in ("mkl_alloc", "baseline", "best", "tune"):
+    # beside tune: the model's best fixed config and random search with tune's measurements, re-timed too
+    assert space.create("cpu", "spmm").config_from_dict(row["fixed_config"]) == FIXED and row["fixed_ms"] > 0
+    assert row["random_same_config"] is not None and row["random_same_ms"] > 0
+    for kernel in ("mkl_alloc", "baseline", "best", "tune", "fixed", "random_same"):
         assert row[f"{kernel}_vs_mkl_prealloc"] == pytest.approx(row["mkl_prealloc_ms"] / row[f"{kernel}_ms"])
-    for kernel in ("mkl_prealloc", "mkl_alloc", "baseline", "best", "tune"):
+    for kernel in ("mkl_prealloc", "mkl_alloc", "baseline", "best", "tune", "fixed", "random_same"):
         assert row[f"{kernel}_floor_fraction"] == pytest.approx(row["floor_ms"] / row[f"{kernel}_ms"])
     assert row["best_vs_baseline"] == pytest.approx(row["baseline_ms"] / row["best_ms"]) and row["best_vs_baseline"] >= 1
     if row.get("bf16_ms") is not None:  # the llvm backend takes a dtype
