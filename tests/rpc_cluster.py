@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 
 import tornado  # noqa: F401  - `python -m tvm.exec.rpc_tracker` needs it (the [distributed] extra)
 
-from cognate_tvm.backends.rpc import RPCUnavailableError, tracker_summary
+from cognate_tvm.backends.rpc_tracker import RPCUnavailableError, tracker_summary
 
 START_TIMEOUT_S = 90  # a loaded 2-core machine imports TVM (twice per process) slowly
 

@@ -173,7 +173,7 @@ def test_extras_and_backend_metadata_are_kept(tmp_path):
 def test_save_results_writes_collects_format_and_json_where_pyarrow_is_missing(tmp_path, monkeypatch):
     """A sweep measured outside `collect` (benchmarks/gpu_check.py) lands in the same dataset format;
     without pyarrow the part is JSON records of the same columns, which `load_frame` reads alike."""
-    import cognate_tvm.data as data_mod
+    import cognate_tvm.data.store as store
     from cognate_tvm.backends.base import MeasureResult
     from cognate_tvm.data import COLUMNS, load_frame, save_results
     from cognate_tvm.matrix import generate
@@ -191,7 +191,7 @@ def test_save_results_writes_collects_format_and_json_where_pyarrow_is_missing(t
                MeasureResult(configs[2], 0.25, correct=True), MeasureResult(configs[3], 1.0)]
     parquet = save_results(tmp_path / "pq", Backend(), "m", matrix, "spmm", 64, results,
                            metadata={"device": "NVIDIA H200"})
-    monkeypatch.setattr(data_mod, "_has_pyarrow", lambda: False)
+    monkeypatch.setattr(store, "_has_pyarrow", lambda: False)
     written = save_results(tmp_path / "js", Backend(), "m", matrix, "spmm", 64, results,
                            metadata={"device": "NVIDIA H200"})
     assert parquet.suffix == ".parquet" and written.suffix == ".json" and written.stem == parquet.stem

@@ -22,6 +22,8 @@ it) sits on one layer of `LAYERS`, lowest first:
 The rule: a module imports only modules of its own unit, or of a unit on the same or a lower layer.
 An import to a higher layer is an arrow up (a backend importing the MetaSchedule front end that
 builds on backends, say). Within one unit or layer, the graph must have no circle.
+
+Size: every module stays under `MAX_MODULE_LINES` lines, so each holds one concept.
 """
 from __future__ import annotations
 
@@ -159,6 +161,16 @@ def test_no_upward_imports(graph):
                 for module, deps in graph.items() for dep in deps
                 if _unit(dep) != _unit(module) and _layer(dep) > _layer(module))
     assert not up, "arrows up:\n" + "\n".join(up)
+
+
+MAX_MODULE_LINES = 400  # a module this long holds more than one concept: split it
+
+
+def test_every_module_is_under_the_line_limit():
+    long = sorted((len(path.read_text().splitlines()), name) for name, (path, _) in _modules().items())
+    long = [(lines, name) for lines, name in long if lines >= MAX_MODULE_LINES]
+    assert not long, (f"modules of {MAX_MODULE_LINES} lines or more (split each along its concepts): "
+                      + ", ".join(f"{name} ({lines} lines)" for lines, name in reversed(long)))
 
 
 def test_the_rules_catch_a_circle_and_an_arrow_up():

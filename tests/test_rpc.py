@@ -14,7 +14,8 @@ from rpc_cluster import free_port, kill, rpc_cluster
 
 from cognate_tvm import space
 from cognate_tvm.backends import rpc as rpc_backend
-from cognate_tvm.backends.rpc import RPCLLVMBackend, parse_tracker
+from cognate_tvm.backends.rpc import RPCLLVMBackend
+from cognate_tvm.backends.rpc_tracker import parse_tracker
 from cognate_tvm.collect import main as collect_main
 from cognate_tvm.data import load_frame
 from cognate_tvm.matrix import generate

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from . import backends, space, tuning
 from .matrix import EXAMPLE_MATRIX
-from .backends.rpc import RPCSettingsError, wants_rpc
+from .backends.rpc_tracker import RPCSettingsError, wants_rpc
 from .errors import CognateError
 from .ops import OPS
 

@@ -46,7 +46,7 @@ from typing import Sequence
 import numpy as np
 
 from . import backends, executors, space
-from .backends.rpc import wants_rpc
+from .backends.rpc_tracker import wants_rpc
 from .cli import add_rpc_arguments, cli_call, make_backend
 from .data import collect, load_frame
 from .matrix.corpus import load_corpus

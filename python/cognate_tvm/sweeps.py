@@ -40,7 +40,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .data import COLUMNS, _check_meta, _part_name, _write_part, matrix_hash, save_results
+from .data import COLUMNS, matrix_hash, save_results
+from .data.store import _check_meta, _part_name, _write_part
 from .errors import CognateError, ShapeError
 from .matrix.generators import CorpusEntry, generate_corpus
 from .space import create as create_space

@@ -137,10 +137,10 @@ def cuda_target(arch: str = "sm_80") -> "tvm.target.Target":
 @functools.lru_cache(maxsize=None)
 def _generic_prim_func(op: str, layout: str, combine: str, cache: bool):
     """The variant's PrimFunc with TX, V (LOG_TX, CPT) still scalar parameters."""
-    from . import cuda_tir
+    from . import cuda_tir, cuda_tir_chunk
 
     if layout == "chunk":
-        return {"spmm": cuda_tir.spmm_chunk, "sddmm": cuda_tir.sddmm_chunk}[op](combine, cache)
+        return {"spmm": cuda_tir_chunk.spmm_chunk, "sddmm": cuda_tir_chunk.sddmm_chunk}[op](combine, cache)
     builders = {("spmm", "csr"): cuda_tir.spmm_csr, ("spmm", "hyb"): cuda_tir.spmm_hyb,
                 ("sddmm", "csr"): cuda_tir.sddmm_csr, ("sddmm", "hyb"): cuda_tir.sddmm_hyb}
     return builders[op, layout](combine)
@@ -162,9 +162,9 @@ def serial_prim_func(key: KernelKey):
     the kernel's indexing (chunks, CPT vectors, X slices, split rows) on a CPU."""
     if key.layout != "chunk":
         raise InvalidConfigError(f"only chunk kernels have a serial form, not {key.name}")
-    from . import cuda_tir
+    from . import cuda_tir_chunk
 
-    builder = {"spmm": cuda_tir.spmm_chunk, "sddmm": cuda_tir.sddmm_chunk}[key.op]
+    builder = {"spmm": cuda_tir_chunk.spmm_chunk, "sddmm": cuda_tir_chunk.sddmm_chunk}[key.op]
     values = {"TX": 1, "V": key.vec, "LOG_TX": 0, "CPT": key.cpt}
     return _specialize(builder(key.combine, key.cache, serial=True), values, f"{key.name}_serial")
 

@@ -5,7 +5,7 @@ kernel variant reads (column panels of ceil(ncols / parts) columns; for hyb,
 ELL buckets of each panel's short rows plus the CSR remainder), `pad_dense`
 gives the dense operands the [rows, nvec * vec] shape the kernels expect, and
 `kernel_args` lays everything out in the PrimFunc's parameter order (see
-`cognate_tvm.kernels.cuda_tir`). Preparation is per (matrix, parts, bucketing)
+`cognate_tvm.kernels.cuda_tir`, `cuda_tir_chunk`). Preparation is per (matrix, parts, bucketing)
 and is not part of a kernel's timed run, like any format conversion.
 
 `emulate` executes the same prepared arrays with numpy exactly as the kernels

@@ -10,7 +10,8 @@ from tqdm import tqdm
 
 from .. import backends, space
 from ..backends.base import Backend, MeasureResult
-from ..backends.rpc import create_rpc, wants_rpc
+from ..backends.rpc import create_rpc
+from ..backends.rpc_tracker import wants_rpc
 from ..ops import Op, get_op
 
 log = logging.getLogger(__name__)
