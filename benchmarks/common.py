@@ -60,6 +60,12 @@ def present_geomean(values: Iterable, *, empty=None):
     return geomean(kept) if kept else empty
 
 
+def budget_draw(rng: np.random.Generator, sweep_size: int, k: int) -> np.ndarray:
+    """Indices of `k` random configs of a sweep of `sweep_size`, besides its baseline (index 0): random
+    search with a method's budget, drawn from a sweep already timed."""
+    return rng.choice(np.arange(1, sweep_size), size=min(k, sweep_size - 1), replace=False)
+
+
 def quantiles(values) -> dict:
     """``n``, ``median``, ``p10`` and ``p90`` of `values` (a non-empty sequence of floats)."""
     values = np.asarray(values, dtype=float)

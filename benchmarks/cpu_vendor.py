@@ -88,7 +88,7 @@ from cognate_tvm.backends.base import measure_side_by_side, rotated_order
 from cognate_tvm.backends.vendor import MKLLibrary, mkl_available
 from cognate_tvm.matrix import as_csr
 from cognate_tvm.ops import SPMM
-from common import figure, present_geomean, setup_logging
+from common import budget_draw, figure, present_geomean, setup_logging
 
 log = logging.getLogger("cpu_vendor")
 
@@ -262,8 +262,7 @@ def random_same_pick(results: list, sampled: int, measurements: int, seed: int):
     """Random search with `measurements` measurements, from the sweep's own times: the baseline (the
     sample's first) and `measurements` - 1 of the sample's other configs drawn with `seed`; its
     fastest correct config (None when none of them ran correctly)."""
-    rng = np.random.default_rng(seed)
-    others = rng.choice(np.arange(1, sampled), size=min(max(measurements - 1, 0), sampled - 1), replace=False)
+    others = budget_draw(np.random.default_rng(seed), sampled, max(measurements - 1, 0))
     drawn = correct([results[0]] + [results[i] for i in sorted(others)])
     return min(drawn, key=lambda r: r.time_ms).config if drawn else None
 

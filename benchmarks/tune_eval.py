@@ -75,7 +75,8 @@ from cognate_tvm.matrix import load_matrix
 from cognate_tvm.matrix.corpus import load_corpus
 from cognate_tvm.ops import get_op
 from cognate_tvm.tuning.search import DEFAULT_STRATEGY, STRATEGIES
-from common import SPLITS, add_matrix_arguments, eval_matrices, present_geomean, save_png, setup_logging, split_part
+from common import (SPLITS, add_matrix_arguments, budget_draw, eval_matrices, present_geomean, save_png,
+                    setup_logging, split_part)
 
 EVAL_SEED = 9_000_000
 log = logging.getLogger("tune_eval")
@@ -201,11 +202,6 @@ def write_sweeps(rows: list[dict], path: Path) -> None:
     records = [(row["matrix"], config, time_ms) for row in rows for config, time_ms in row.get("sweep") or ()]
     frame = pd.DataFrame(records, columns=["matrix", "config", "time_ms"]).astype({"time_ms": float})
     frame.to_parquet(path, index=False)
-
-
-def budget_draw(rng: np.random.Generator, sweep_size: int, k: int) -> np.ndarray:
-    """Indices of `k` random configs of a sweep of `sweep_size`, besides its baseline (index 0)."""
-    return rng.choice(np.arange(1, sweep_size), size=min(k, sweep_size - 1), replace=False)
 
 
 def random_same_budget(rows: list[dict], k: int, *, draws: int = 1000, seed: int = 0) -> dict:
