@@ -23,6 +23,18 @@ threads:
 
   Each kernel's "fraction of the floor" is floor_ms / its time (1.0: it moves no more than the minimal
   bytes at copy bandwidth; caches can in principle let a kernel exceed it slightly).
+- the roofline floor: where SpMM has more arithmetic than bytes (many nonzeros per row), no kernel
+  reaches the bandwidth floor, because the multiply-adds take longer than the traffic. So beside it:
+  the dense GEMM rate on the same threads (``torch.mm`` of two `--gemm-size` (2048) square float32
+  matrices, 2 n^3 flops, median of 5, in the same worker and at the same times as the copy; the higher
+  reading used) and per matrix
+
+      compute floor_ms = 2 nnz N / GEMM rate,      roofline floor_ms = max(floor_ms, compute floor_ms),
+
+  a kernel's "fraction of the roofline" being roofline floor_ms / its time. GEMM reuses each loaded value
+  many times, which SpMM cannot, so this floor too is below what any SpMM kernel reaches. The bfloat16
+  kernel's roofline uses its own bandwidth floor (B in 2 bytes) and the same float32 compute floor (it
+  multiplies in float32).
 - the CPU space (`space.create("cpu", "spmm")`, `backends.create("llvm", num_threads=threads)`): the
   baseline config, and the best of a sample: the baseline and `--sample` (48) candidates
   (`space.candidates(threads)`) drawn with seed `--seed` + 1, plus every candidate that differs from
@@ -111,7 +123,9 @@ MIN_ROWS = 64  # scaled row counts stop here
 NEW_KNOBS = ("row_order", "block_rows")  # the knobs whose every variant of the sample's best is measured
 FLOOR_DEFINITION = ("floor_ms = minimal bytes / copy bandwidth; minimal bytes = 4 (M + 1) + 8 nnz (A's CSR "
                     "arrays) + 4 K N (B read once) + 4 M N (C written once); copy bandwidth = (read + write "
-                    "bytes) / time of torch dst.copy_(src) of a large float32 array on the same threads")
+                    "bytes) / time of torch dst.copy_(src) of a large float32 array on the same threads. "
+                    "Roofline floor_ms = max(floor_ms, 2 nnz N / GEMM rate), the GEMM rate being torch.mm's "
+                    "float32 flops on the same threads")
 KERNELS = {"mkl_prealloc": "MKL, preallocated C", "mkl_alloc": "MKL, allocating C", "baseline": "baseline config",
            "best": "best of space (sampled)", "tune": "tune's pick", "fixed": "best fixed config",
            "random_same": "random, tune's measurements", "bf16": "best, bfloat16 B"}
@@ -145,10 +159,27 @@ def minimal_bytes(matrix, feat: int, *, dense_bytes: int = 4) -> int:
 
 # -- the bandwidth floor -----------------------------------------------------------------------------------
 
-def _copy_bandwidth_worker(threads: int, megabytes: int, repeats: int) -> dict:
+def _gemm_rate(size: int, repeats: int = 5) -> float:
+    """torch.mm's float32 GFLOP/s on two `size` x `size` matrices (median of `repeats`), on torch's threads."""
+    import torch
+
+    a = torch.rand(size, size, generator=torch.Generator().manual_seed(0))
+    b = torch.rand(size, size, generator=torch.Generator().manual_seed(1))
+    out = torch.empty(size, size)
+    torch.mm(a, b, out=out)  # warm-up
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b, out=out)
+        seconds.append(time.perf_counter() - start)
+    return 2 * size ** 3 / float(np.median(seconds)) / 1e9
+
+
+def _copy_bandwidth_worker(threads: int, megabytes: int, repeats: int, gemm_size: int = 2048) -> dict:
     import torch
 
     torch.set_num_threads(threads)
+    gemm_gflops = _gemm_rate(gemm_size)
     src = torch.ones(megabytes * (1 << 20) // 4, dtype=torch.float32)
     dst = torch.empty_like(src)
     for _ in range(2):  # first touch and warm-up
@@ -161,14 +192,15 @@ def _copy_bandwidth_worker(threads: int, megabytes: int, repeats: int) -> dict:
     moved = 2 * src.numel() * 4  # read + write
     return {"bytes_per_copy": moved, "copies": repeats, "threads": threads, "torch_threads": torch.get_num_threads(),
             "median_s": float(np.median(seconds)), "gb_per_s": moved / float(np.median(seconds)) / 1e9,
-            "best_gb_per_s": moved / min(seconds) / 1e9}
+            "best_gb_per_s": moved / min(seconds) / 1e9, "gemm_size": gemm_size, "gemm_gflops": gemm_gflops}
 
 
-def copy_bandwidth(threads: int, megabytes: int = 256, repeats: int = 10) -> dict:
-    """Copy bandwidth on `threads` threads, measured in a fresh worker process (no TVM, no MKL there)."""
+def copy_bandwidth(threads: int, megabytes: int = 256, repeats: int = 10, gemm_size: int = 2048) -> dict:
+    """Copy bandwidth and the GEMM rate on `threads` threads, measured in a fresh worker process (no TVM, no
+    MKL there)."""
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        return pool.submit(_copy_bandwidth_worker, threads, megabytes, repeats).result()
+        return pool.submit(_copy_bandwidth_worker, threads, megabytes, repeats, gemm_size).result()
 
 
 # -- MKL ----------------------------------------------------------------------------------------------------
@@ -357,14 +389,21 @@ def bf16_row(measurers: dict, cpu_space, candidates: list, best_fp32, *, count: 
     return out
 
 
-def set_floor(row: dict, gb_per_s: float) -> None:
-    """`row`'s floor (``floor_ms``; ``bf16_floor_ms`` with B in bfloat16) at copy bandwidth `gb_per_s` and
-    every kernel's fraction of it (``<kernel>_floor_fraction``; the bfloat16 kernel's of its own floor:
-    ``bf16_own_floor_fraction``)."""
+def set_floor(row: dict, gb_per_s: float, gemm_gflops: float) -> None:
+    """`row`'s floors at copy bandwidth `gb_per_s` and GEMM rate `gemm_gflops` (module docstring) and every
+    kernel's fraction of them: the bandwidth floor (``floor_ms``; ``bf16_floor_ms`` with B in bfloat16;
+    ``<kernel>_floor_fraction``, the bfloat16 kernel's of its own floor: ``bf16_own_floor_fraction``) and
+    the roofline (``roofline_ms``, ``bf16_roofline_ms``, ``<kernel>_roofline_fraction``, the bfloat16
+    kernel's of its own roofline)."""
     row["floor_ms"] = row["minimal_bytes"] / (gb_per_s * 1e9) * 1e3
     row["bf16_floor_ms"] = row["bf16_minimal_bytes"] / (gb_per_s * 1e9) * 1e3
+    row["compute_floor_ms"] = 2 * row["nnz"] * row["feat"] / (gemm_gflops * 1e9) * 1e3
+    row["roofline_ms"] = max(row["floor_ms"], row["compute_floor_ms"])
+    row["bf16_roofline_ms"] = max(row["bf16_floor_ms"], row["compute_floor_ms"])
     for kernel in KERNELS:
         row[f"{kernel}_floor_fraction"] = _ratio(row["floor_ms"], row.get(f"{kernel}_ms"))
+        own = "bf16_roofline_ms" if kernel == "bf16" else "roofline_ms"
+        row[f"{kernel}_roofline_fraction"] = _ratio(row[own], row.get(f"{kernel}_ms"))
     row["bf16_own_floor_fraction"] = _ratio(row["bf16_floor_ms"], row.get("bf16_ms"))
 
 
@@ -374,7 +413,7 @@ def _ratio(a, b):
     return a / b if a and b else None
 
 
-def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, bandwidth_gb_s: float,
+def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, rates: dict,
              measurers: dict | None) -> dict:
     feat, seed, threads = args.feat, args.seed, args.threads
     row = {"matrix": name, "rows": matrix.shape[0], "cols": matrix.shape[1], "nnz": int(matrix.nnz), "feat": feat,
@@ -419,7 +458,7 @@ def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, b
                             rounds=args.rounds, name=name))
 
     row.update(minimal_bytes=minimal_bytes(matrix, feat), bf16_minimal_bytes=minimal_bytes(matrix, feat, dense_bytes=2))
-    set_floor(row, bandwidth_gb_s)
+    set_floor(row, rates["gb_per_s"], rates["gemm_gflops"])
     mkl = row["mkl_prealloc_ms"]
     for kernel in ("mkl_alloc", "baseline", "best", "tune", "fixed", "random_same", "bf16"):
         row[f"{kernel}_vs_mkl_prealloc"] = _ratio(mkl, row.get(f"{kernel}_ms"))
@@ -435,7 +474,8 @@ def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, b
 RATIOS = ("mkl_alloc_vs_mkl_prealloc", "baseline_vs_mkl_prealloc", "best_vs_mkl_prealloc", "tune_vs_mkl_prealloc",
           "fixed_vs_mkl_prealloc", "random_same_vs_mkl_prealloc", "bf16_vs_mkl_prealloc", "best_vs_baseline",
           "tune_vs_baseline", "fixed_vs_baseline", "random_same_vs_baseline", "tune_vs_best", "bf16_speedup",
-          "bf16_same_config_speedup", *(f"{k}_floor_fraction" for k in KERNELS))
+          "bf16_same_config_speedup", *(f"{k}_floor_fraction" for k in KERNELS),
+          *(f"{k}_roofline_fraction" for k in KERNELS))
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -464,7 +504,9 @@ def markdown(result: dict) -> str:
              f"{result['threads']} threads. Command: `{result['command']}`", "",
              f"Floor: {FLOOR_DEFINITION}. Copy bandwidth on {result['threads']} threads: "
              f"{f(bw['gb_per_s'], 1)} GB/s (before {f(bw['before']['gb_per_s'], 1)}, after "
-             f"{f((bw.get('after') or {}).get('gb_per_s'), 1)}; the higher is used).", "",
+             f"{f((bw.get('after') or {}).get('gb_per_s'), 1)}; the higher is used). GEMM rate: "
+             f"{f(bw.get('gemm_gflops'), 0)} GFLOP/s (before {f(bw['before'].get('gemm_gflops'), 0)}, after "
+             f"{f((bw.get('after') or {}).get('gemm_gflops'), 0)}; the higher is used).", "",
              "Times in ms, medians of rounds; the baseline, best and tune's pick re-timed side by side in one "
              f"call per matrix (rounds: {result['rounds']}, order rotated). x MKL: MKL (preallocated) ms / kernel ms "
              "(> 1: faster than MKL). floor: floor ms / best ms. bf16 / fp32: the float32 best's ms / the "
@@ -495,7 +537,15 @@ def markdown(result: dict) -> str:
               f"{g('tune_vs_best')} of the best's speed; bf16 / fp32 {g('bf16_speedup')}x (the float32 best "
               f"config in bfloat16: {g('bf16_same_config_speedup')}x).", "",
               "Fraction of the floor (geomean): " + ", ".join(
-                  f"{text} {g(f'{k}_floor_fraction')}" for k, text in KERNELS.items()) + "."]
+                  f"{text} {g(f'{k}_floor_fraction')}" for k, text in KERNELS.items()) + ".", "",
+              "Fraction of the roofline (geomean; the bfloat16 kernel of its own): " + ", ".join(
+                  f"{text} {g(f'{k}_roofline_fraction')}" for k, text in KERNELS.items()) + ".", "",
+              "Per matrix, floors in ms (bandwidth / compute / roofline) and the fraction of the roofline:", "",
+              "| matrix | bandwidth floor | compute floor | roofline | baseline | best | tune | bf16 best (own) |",
+              "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['matrix']} | {f(r['floor_ms'])} | {f(r.get('compute_floor_ms'))} | {f(r.get('roofline_ms'))} | "
+              f"{f(r.get('baseline_roofline_fraction'))} | {f(r.get('best_roofline_fraction'))} | "
+              f"{f(r.get('tune_roofline_fraction'))} | {f(r.get('bf16_roofline_fraction'))} |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -525,11 +575,12 @@ def main(argv=None) -> int:
                         help="fastest configs of the sweep re-timed beside the baseline and tune's pick")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of every re-timing (medians kept)")
     parser.add_argument("--bandwidth-mb", type=int, default=256, help="size of the copied array (MB)")
+    parser.add_argument("--gemm-size", type=int, default=2048, help="side of the square GEMM that gives the compute rate")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pretrained-dir", type=Path, default=None, help="tune's shipped models (default: the package's)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
-    for name in ("threads", "feat", "finalists", "rounds", "bandwidth_mb"):
+    for name in ("threads", "feat", "finalists", "rounds", "bandwidth_mb", "gemm_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.sample < 0 or args.scale <= 0:
@@ -540,8 +591,9 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     command = shlex.join([sys.executable, "benchmarks/cpu_vendor.py", *(sys.argv[1:] if argv is None else argv)])
 
-    bandwidth = {"before": copy_bandwidth(args.threads, args.bandwidth_mb)}
-    log.info("copy bandwidth on %d threads: %.1f GB/s", args.threads, bandwidth["before"]["gb_per_s"])
+    bandwidth = {"before": copy_bandwidth(args.threads, args.bandwidth_mb, gemm_size=args.gemm_size)}
+    log.info("copy bandwidth on %d threads: %.1f GB/s, GEMM %.0f GFLOP/s", args.threads,
+             bandwidth["before"]["gb_per_s"], bandwidth["before"]["gemm_gflops"])
     backend = backends.create("llvm", num_threads=args.threads)
     cpu_space = space.create("cpu", "spmm")
     candidates = cpu_space.candidates(args.threads)
@@ -550,7 +602,8 @@ def main(argv=None) -> int:
         log.warning("bfloat16 %s", support[2])
     result = {"command": command, "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
               "machine": machine(), "threads": args.threads, "feat": args.feat, "rounds": args.rounds,
-              "floor_definition": FLOOR_DEFINITION, "bf16": support[2], "bandwidth": {**bandwidth, "gb_per_s": bandwidth["before"]["gb_per_s"]},
+              "floor_definition": FLOOR_DEFINITION, "bf16": support[2], "bandwidth": {**bandwidth, "gb_per_s": bandwidth["before"]["gb_per_s"],
+                                                              "gemm_gflops": bandwidth["before"]["gemm_gflops"]},
               "backend": backend.metadata(), "mkl_method": MKLLibrary.PREALLOCATED_SPMM,
               "candidates": len(candidates), "rows": []}
     rows = result["rows"]
@@ -559,16 +612,15 @@ def main(argv=None) -> int:
         log.info("%s: %dx%d, nnz %d", name, *matrix.shape, matrix.nnz)
         measurers = dtype_measurers(backend, support, matrix=matrix, feat=args.feat, seed=args.seed)
         rows.append(evaluate(name, matrix, backend=backend, cpu_space=cpu_space, candidates=candidates, args=args,
-                             bandwidth_gb_s=result["bandwidth"]["gb_per_s"], measurers=measurers))
+                             rates=result["bandwidth"], measurers=measurers))
         result["summary"] = summarize(rows)
         (args.out / "results.json").write_text(json.dumps(result, indent=1))
 
-    bandwidth["after"] = copy_bandwidth(args.threads, args.bandwidth_mb)
-    used = max(bandwidth["before"]["gb_per_s"], bandwidth["after"]["gb_per_s"])
-    if used != result["bandwidth"]["gb_per_s"]:  # the floor moves with the higher bandwidth: recompute it
-        for row in rows:
-            set_floor(row, used)
-    result["bandwidth"] = {**bandwidth, "gb_per_s": used}
+    bandwidth["after"] = copy_bandwidth(args.threads, args.bandwidth_mb, gemm_size=args.gemm_size)
+    used = {key: max(bandwidth["before"][key], bandwidth["after"][key]) for key in ("gb_per_s", "gemm_gflops")}
+    for row in rows:  # the floors move with the higher readings
+        set_floor(row, used["gb_per_s"], used["gemm_gflops"])
+    result["bandwidth"] = {**bandwidth, **used}
     result["summary"] = summarize(rows)
     (args.out / "results.json").write_text(json.dumps(result, indent=1))
     (args.out / "summary.md").write_text(markdown(result))

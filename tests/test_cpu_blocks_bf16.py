@@ -17,6 +17,8 @@ from cognate_tvm.backends.base import check_output
 from cognate_tvm.backends.cpu import LLVMBackend
 from cognate_tvm.errors import InvalidConfigError, ModelVersionError
 from cognate_tvm.formats import row_blocks
+from cognate_tvm.kernels.cpu import kernel_source
+from cognate_tvm.kernels.cpu_operands import pad_dense, paired_lanes
 from cognate_tvm.ops import get_op
 from cognate_tvm.space.cpu import BLOCK_ROWS, BLOCKED_ORDER, CPUConfig, CPUSpace
 
@@ -107,6 +109,8 @@ def _bf16_bound(op, matrix, dense):
 def test_bfloat16_matches_scipy_within_the_stated_tolerance(op, backend, bf16_backend):
     op = get_op(op)
     configs = [CPUSpace(op).baseline()] + CPUSpace(op).sample_covering(24, seed=3)
+    # both layouts run: int32 words of two values (paired) and one bfloat16 element per lane
+    assert {paired_lanes(op, config, 20, "bfloat16") > 0 for config in configs} == {True, False}
     failures = []
     for name, build in SMALL_MATRICES.items():
         matrix = build()
@@ -123,6 +127,43 @@ def test_bfloat16_matches_scipy_within_the_stated_tolerance(op, backend, bf16_ba
             if matrix.nnz > 100 and np.array_equal(output, backend.run(op, config, matrix, dense)):
                 failures.append((name, config.to_json(), "same as float32"))
     assert not failures, failures[:3]
+
+
+def test_paired_bfloat16_layout():
+    """Word g * P + p holds column g * 2P + p in its low half and g * 2P + P + p in its high half, as the
+    kernels split it; numpy and torch pack the same words."""
+    import torch
+
+    from cognate_tvm.torch.runners import pair_columns
+
+    dense = np.random.default_rng(0).standard_normal((5, 40)).astype(np.float32)
+    lanes, width = 8, 48
+    words = pad_dense(dense, width, "bfloat16", lanes)
+    assert words.dtype == np.int32 and words.shape == (5, width // 2)
+    rounded = pad_dense(dense, width, "bfloat16").astype(np.float32)
+    bits = words.view(np.uint32)
+    low, high = (bits << np.uint32(16)).view(np.float32), (bits & np.uint32(0xFFFF0000)).view(np.float32)
+    for g in range(width // (2 * lanes)):
+        np.testing.assert_array_equal(low[:, g * lanes:(g + 1) * lanes], rounded[:, 2 * g * lanes:(2 * g + 1) * lanes])
+        np.testing.assert_array_equal(high[:, g * lanes:(g + 1) * lanes],
+                                      rounded[:, (2 * g + 1) * lanes:(2 * g + 2) * lanes])
+    np.testing.assert_array_equal(pad_dense(words, width, "bfloat16", lanes), words)  # already paired
+    padded = torch.nn.functional.pad(torch.from_numpy(dense).to(torch.bfloat16), (0, width - 40))
+    np.testing.assert_array_equal(pair_columns(padded, lanes).numpy(), words)
+
+
+def test_which_kernels_read_pairs():
+    """Vectorized kernels whose dense tile holds an even number of chunks read int32 pairs; a tile of one
+    chunk, the scalar orders and float32 read plain elements."""
+    spmm = get_op("spmm")
+    paired, single = BLOCKED[4], BLOCKED[0]  # 128 lanes in 8 chunks of 16; 16 lanes in one chunk
+    assert paired_lanes(spmm, paired, 128, "bfloat16") == 16 and paired_lanes(spmm, paired, 128, "float32") == 0
+    assert paired_lanes(spmm, single, 128, "bfloat16") == 0
+    scalar = next(c for c in CPUSpace(spmm).sample_covering(40, seed=0) if c.loop_order[-1] == "k0")
+    assert paired_lanes(spmm, scalar, 128, "bfloat16") == 0
+    source = kernel_source(spmm, paired, 128, workers=2, dtype="bfloat16")
+    assert '"int32")' in source and "T.reinterpret" in source and "bfloat16" not in source
+    assert '"bfloat16")' in kernel_source(spmm, single, 128, workers=2, dtype="bfloat16")
 
 
 def test_check_catches_a_wrong_bfloat16_result():

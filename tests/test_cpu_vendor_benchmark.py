@@ -133,7 +133,7 @@ def test_benchmark_at_test_size(tmp_path, monkeypatch, shipped):
     bench = _load(monkeypatch)
     out = tmp_path / "out"
     argv = ["--scale", "0.005", "--matrices", "rmat", "--sample", "2", "--finalists", "2", "--rounds", "1",
-            "--feat", "16", "--bandwidth-mb", "16", "--pretrained-dir", str(shipped), "--out", str(out)]
+            "--feat", "16", "--bandwidth-mb", "16", "--gemm-size", "256", "--pretrained-dir", str(shipped), "--out", str(out)]
     assert bench.main(argv) == 0
     result = json.loads((out / "results.json").read_text())
     assert result["threads"] == 2 and result["feat"] == 16
@@ -142,6 +142,8 @@ def test_benchmark_at_test_size(tmp_path, monkeypatch, shipped):
     bandwidth = result["bandwidth"]
     assert bandwidth["gb_per_s"] == max(bandwidth["before"]["gb_per_s"], bandwidth["after"]["gb_per_s"]) > 0
     assert bandwidth["before"]["bytes_per_copy"] == 2 * 16 * (1 << 20)
+    assert bandwidth["gemm_gflops"] == max(bandwidth["before"]["gemm_gflops"], bandwidth["after"]["gemm_gflops"]) > 0
+    assert bandwidth["before"]["gemm_size"] == 256
 
     (row,) = result["rows"]
     matrix = bench.build_matrix("rmat", 0.005)
@@ -149,6 +151,9 @@ def test_benchmark_at_test_size(tmp_path, monkeypatch, shipped):
     m, k = matrix.shape
     assert row["minimal_bytes"] == 4 * (m + 1) + 8 * matrix.nnz + 4 * k * 16 + 4 * m * 16
     assert row["floor_ms"] == pytest.approx(row["minimal_bytes"] / (bandwidth["gb_per_s"] * 1e9) * 1e3)
+    # the roofline: the higher of the bandwidth floor and SpMM's flops at the GEMM rate
+    assert row["compute_floor_ms"] == pytest.approx(2 * matrix.nnz * 16 / (bandwidth["gemm_gflops"] * 1e9) * 1e3)
+    assert row["roofline_ms"] == max(row["floor_ms"], row["compute_floor_ms"])
 
     # MKL: both outputs checked against scipy, both timed
     assert row["mkl_prealloc_correct"] is True and row["mkl_alloc_correct"] is True
@@ -169,20 +174,24 @@ def test_benchmark_at_test_size(tmp_path, monkeypatch, shipped):
         assert row[f"{kernel}_vs_mkl_prealloc"] == pytest.approx(row["mkl_prealloc_ms"] / row[f"{kernel}_ms"])
     for kernel in ("mkl_prealloc", "mkl_alloc", "baseline", "best", "tune", "fixed", "random_same"):
         assert row[f"{kernel}_floor_fraction"] == pytest.approx(row["floor_ms"] / row[f"{kernel}_ms"])
+        assert row[f"{kernel}_roofline_fraction"] == pytest.approx(row["roofline_ms"] / row[f"{kernel}_ms"])
     assert row["best_vs_baseline"] == pytest.approx(row["baseline_ms"] / row["best_ms"]) and row["best_vs_baseline"] >= 1
     if row.get("bf16_ms") is not None:  # the llvm backend takes a dtype
         assert row["bf16_speedup"] == pytest.approx(row["bf16_fp32_ms"] / row["bf16_ms"])
         assert row["bf16_floor_fraction"] == pytest.approx(row["floor_ms"] / row["bf16_ms"])
+        assert row["bf16_roofline_fraction"] == pytest.approx(
+            max(row["bf16_floor_ms"], row["compute_floor_ms"]) / row["bf16_ms"])
     else:
         assert "skipped" in result["bf16"] or row.get("bf16_note")
 
     summary = result["summary"]  # one matrix: every geomean is its value
     assert summary["matrices"] == 1
-    for key in ("best_vs_mkl_prealloc", "tune_vs_mkl_prealloc", "best_floor_fraction", "bf16_speedup"):
+    for key in ("best_vs_mkl_prealloc", "tune_vs_mkl_prealloc", "best_floor_fraction", "best_roofline_fraction",
+                "bf16_speedup"):
         if row.get(key) is None:
             assert summary[f"{key}_geomean"] is None
         else:
             assert summary[f"{key}_geomean"] == pytest.approx(row[key])
     table = (out / "summary.md").read_text()
-    assert "| rmat | " in table and "| geomean |" in table and "MKL prealloc ms" in table and "bf16 / fp32" in table
+    assert "| rmat | " in table and "| geomean |" in table and "Fraction of the roofline" in table and "MKL prealloc ms" in table and "bf16 / fp32" in table
     assert (out / "cpu_vendor.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -215,22 +215,23 @@ class KernelOperands:
         self.op, self.matrix, self.feat, self.dense, self.dtype = op, matrix, feat, dense, dtype
         self._stored: list[np.ndarray] | None = None
         self._sparse: dict[tuple, object] = {}
-        self._padded: dict[int, list[np.ndarray]] = {}
+        self._padded: dict[tuple[int, int], list[np.ndarray]] = {}  # by (width, paired lanes)
 
     def call_args(self, config: CPUConfig, *, on_device, device) -> list:
         """The kernel's arguments for `config` where the kernels run (`on_device`: a numpy array -> a TVM
         tensor there), a fresh (NaN) output on `device` last."""
         import tvm
 
-        from ..kernels.cpu_operands import kernel_arguments, pad_dense, prepare_sparse
+        from ..kernels.cpu_operands import kernel_arguments, pad_dense, paired_lanes, prepare_sparse
 
         key = (config.single_panel, config.panel_width(self.matrix.shape[1]), config.block_rows)
         if key not in self._sparse:
             self._sparse[key] = prepare_sparse(self.op, self.matrix, config)
-        width = config.padded_width(self.feat)
-        if width not in self._padded:
-            self._padded[width] = [pad_dense(d, width, self.dtype) for d in self.dense]
-        args = kernel_arguments(self.op, self.matrix, config, self.feat, self._padded[width], self._sparse[key],
+        width, pair = config.padded_width(self.feat), paired_lanes(self.op, config, self.feat, self.dtype)
+        layout = (width, pair)
+        if layout not in self._padded:
+            self._padded[layout] = [pad_dense(d, width, self.dtype, pair) for d in self.dense]
+        args = kernel_arguments(self.op, self.matrix, config, self.feat, self._padded[layout], self._sparse[key],
                                 dtype=self.dtype)
         call_args = [a if isinstance(a, int) else on_device(a) for a in args[:-1]]
         call_args.append(tvm.runtime.tensor(args[-1], device))

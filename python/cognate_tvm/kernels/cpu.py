@@ -19,6 +19,8 @@ Kernel arguments and the sparse layouts they hold: :mod:`cognate_tvm.kernels.cpu
 The dense operands are float32 or, with ``dtype="bfloat16"``, bfloat16: half
 the bytes of the operand that memory-bound SpMM and SDDMM stream most, widened
 to float32 on load; products accumulate and the output is stored in float32.
+Most bfloat16 kernels read the operand as int32 words of two values each and split every word
+into two float32 vectors (:func:`~cognate_tvm.kernels.cpu_operands.paired_lanes`).
 """
 from __future__ import annotations
 
@@ -27,10 +29,10 @@ from dataclasses import dataclass
 from ..ops import Op, get_op
 from ..space.cpu import CPUConfig
 from .cache import KernelCache, kernel_key
-from .cpu_operands import check_dense_dtype
+from .cpu_operands import check_dense_dtype, paired_lanes
 
 # Bumped whenever the generated code changes, so stale cached libraries are not reused.
-GENERATOR_VERSION = 5
+GENERATOR_VERSION = 6
 
 def host_cpu() -> str:
     """LLVM's name of this machine's CPU (e.g. 'znver4'), as TVM's LLVM sees it."""
@@ -76,6 +78,7 @@ class _NestGenerator:
         self.tile_j = config.dense_tile(feat)
         self.width = config.padded_width(feat)
         self.lanes = max(1, config.vector)
+        self.pair = paired_lanes(op, config, feat, self.dtype)  # 0: dense operands read element by element
         self.workers = max(1, int(workers))
         # With one panel the k1 loop has a single iteration: leave it out.
         self.order = [name for name in config.loop_order if not (self.csr and name == "k1")]
@@ -108,14 +111,39 @@ class _NestGenerator:
     def chunks(self) -> int:
         return self.tile_j // self.lanes
 
-    def col(self, vector: bool) -> str:
+    def col(self, vector: bool, jo: str = "jo") -> str:
         if not vector:
             return f"({self.j1()} * {self.tile_j} + j0)"
-        inner = "jv" if self.chunks() == 1 else f"jo * {self.lanes} + jv"
+        inner = "jv" if self.chunks() == 1 else f"{jo} * {self.lanes} + jv"
         return f"({self.j1()} * {self.tile_j} + {inner})"
 
-    def lane(self) -> str:
-        return "jv" if self.chunks() == 1 else f"jo * {self.lanes} + jv"
+    def lane(self, jo: str = "jo") -> str:
+        return "jv" if self.chunks() == 1 else f"{jo} * {self.lanes} + jv"
+
+    def dense_read(self, buffer: str, row: str, jo: str = "jo", half: int | None = None) -> str:
+        """Element (`row`, chunk `jo`, lane jv) of a dense operand as float32. In the paired layout the
+        caller gives the half of the word it wants (0: chunk 2q, 1: chunk 2q + 1; see `dense_loops`)."""
+        if not self.pair:
+            return self.load(f"{buffer}[{row}, {self.col(True, jo)}]")
+        pairs = self.chunks() // 2
+        word = f"{buffer}[{row}, {self.j1()} * {self.tile_j // 2} + {'jp * ' + str(self.lanes) + ' + ' if pairs > 1 else ''}jv]"
+        bits = f"{word} << T.int32(16)" if half == 0 else f"T.bitwise_and({word}, T.int32(-65536))"
+        return f'T.reinterpret("float32", {bits})'
+
+    def dense_loops(self, body) -> None:
+        """The dense tile's loops around `body(jo, half)` (a statement reading chunk `jo`): one
+        statement per chunk, or in the paired layout two per vector of words (the low halves are
+        chunk 2q, the high halves chunk 2q + 1)."""
+        if not self.pair:
+            self.vector_loops(body("jo", None))
+            return
+        pairs = self.chunks() // 2
+        if pairs > 1:
+            self.open(f"for jp in T.{'unroll' if self.config.unroll else 'serial'}({pairs}):")
+        self.open(f"for jv in T.vectorized({self.lanes}):")
+        for half in (0, 1):
+            self.w(self.depth, body(f"(jp * 2 + {half})" if pairs > 1 else str(half), half))
+        self.close(2 if pairs > 1 else 1)
 
     # loops
     def open(self, header: str) -> None:
@@ -191,14 +219,20 @@ class _NestGenerator:
         if self.sddmm:
             if not self.csr:
                 w(1, 'perm = T.match_buffer(perm_h, (nnz,), "int32")')
-            w(1, f'X = T.match_buffer(x_h, (m, {self.width}), "{self.dtype}")')
-            w(1, f'Y = T.match_buffer(y_h, (ncols, {self.width}), "{self.dtype}")')
+            w(1, f'X = T.match_buffer(x_h, (m, {self.dense_shape()}), "{self.dense_dtype()}")')
+            w(1, f'Y = T.match_buffer(y_h, (ncols, {self.dense_shape()}), "{self.dense_dtype()}")')
             w(1, 'O = T.match_buffer(out_h, (nnz,), "float32")')
         else:
-            w(1, f'B = T.match_buffer(b_h, (ncols, {self.width}), "{self.dtype}")')
+            w(1, f'B = T.match_buffer(b_h, (ncols, {self.dense_shape()}), "{self.dense_dtype()}")')
             w(1, f'C = T.match_buffer(out_h, (m, {self.width}), "float32")')
         (self._sddmm if self.sddmm else self._spmm)()
         return w.text()
+
+    def dense_shape(self) -> int:
+        return self.width // 2 if self.pair else self.width
+
+    def dense_dtype(self) -> str:
+        return "int32" if self.pair else self.dtype
 
     def _zero_output(self) -> None:
         kind = "parallel" if self.config.parallel else "serial"
@@ -228,10 +262,9 @@ class _NestGenerator:
             self._nest(0, start, lambda: self._spmm_accumulated(start, store))
         elif order[-1] == "j0":
             self._zero_output()
-            b = self.load(f"B[indices[{self.nz()}], {self.col(True)}]")
-            self._nest(0, len(order) - 1, lambda: self.vector_loops(
-                f"C[{self.row()}, {self.col(True)}] = C[{self.row()}, {self.col(True)}] "
-                f"+ vals[{self.nz()}] * {b}"))
+            self._nest(0, len(order) - 1, lambda: self.dense_loops(lambda jo, half: (
+                f"C[{self.row()}, {self.col(True, jo)}] = C[{self.row()}, {self.col(True, jo)}] "
+                f"+ vals[{self.nz()}] * {self.dense_read('B', f'indices[{self.nz()}]', jo, half)}")))
         else:  # sparse loop innermost: a scalar sum over the nonzeros per output element
             if not self.csr:
                 self._zero_output()
@@ -240,9 +273,9 @@ class _NestGenerator:
     def _spmm_accumulated(self, start: int, store: str) -> None:
         self.w(self.depth, f'acc = T.alloc_buffer(({self.tile_j},), "float32", scope="local")')
         self.vector_loops(f"acc[{self.lane()}] = T.float32(0)")
-        self._nest(start, len(self.order) - 1, lambda: self.vector_loops(
-            f"acc[{self.lane()}] = acc[{self.lane()}] + vals[{self.nz()}] * "
-            f"{self.load(f'B[indices[{self.nz()}], {self.col(True)}]')}"))
+        self._nest(start, len(self.order) - 1, lambda: self.dense_loops(lambda jo, half: (
+            f"acc[{self.lane(jo)}] = acc[{self.lane(jo)}] + vals[{self.nz()}] * "
+            f"{self.dense_read('B', f'indices[{self.nz()}]', jo, half)}")))
         out = f"C[{self.row()}, {self.col(True)}]"
         value = f"acc[{self.lane()}]" if store == "=" else f"{out} + acc[{self.lane()}]"
         self.vector_loops(f"{out} = {value}")
@@ -257,14 +290,23 @@ class _NestGenerator:
         self.vector_loops(f"acc[{lane}] = T.float32(0)")
         self.close(1)
         self.open_loop("k0")
-        b = self.load(f"B[indices[{self.nz()}], {self.col(True)}]")
-        chunks = self.chunks() > 1
-        if chunks:
-            self.open(f"for jo in T.{'unroll' if self.config.unroll else 'serial'}({self.chunks()}):")
+        # the rows sit between the dense chunks and the lanes, so dense_loops' nest does not fit here
+        outer = self.chunks() // 2 if self.pair else self.chunks()
+        name = "jp" if self.pair else "jo"
+        if outer > 1:
+            self.open(f"for {name} in T.{'unroll' if self.config.unroll else 'serial'}({outer}):")
         self.open(f"for rr in T.unroll({rows}):")
         self.open(f"for jv in T.vectorized({self.lanes}):")
-        self.w(self.depth, f"acc[{lane}] = acc[{lane}] + vals[{self.nz()} * {rows} + rr] * {b}")
-        self.close(4 if chunks else 3)
+
+        def update(jo: str, half: int | None) -> str:
+            slot = f"rr * {tile} + {self.lane(jo)}"
+            return (f"acc[{slot}] = acc[{slot}] + vals[{self.nz()} * {rows} + rr] * "
+                    f"{self.dense_read('B', f'indices[{self.nz()}]', jo, half)}")
+
+        halves = [(f"(jp * 2 + {h})" if outer > 1 else str(h), h) for h in (0, 1)] if self.pair else [("jo", None)]
+        for jo, half in halves:
+            self.w(self.depth, update(jo, half))
+        self.close(4 if outer > 1 else 3)
         row = f"{self.row()} * {rows} + rr"
         self.open(f"for rr in T.unroll({rows}):")
         self.open(f"if {row} < m:")
@@ -298,13 +340,15 @@ class _NestGenerator:
 
     def _sddmm_dot(self, k0: int, whole_dot: bool) -> None:
         size = self.tile_j if self.config.unroll else self.lanes
-        lane = self.lane() if self.config.unroll else "jv"
         self.w(self.depth, f'acc = T.alloc_buffer(({size},), "float32", scope="local")')
-        self.vector_loops(f"acc[{lane}] = T.float32(0)", size=size)
-        x = self.load(f"X[{self.row()}, {self.col(True)}]")
-        y = self.load(f"Y[indices[{self.nz()}], {self.col(True)}]")
-        self._nest(k0 + 1, len(self.order) - 1, lambda: self.vector_loops(
-            f"acc[{lane}] = acc[{lane}] + {x} * {y}"))
+        self.vector_loops(f"acc[{self.lane() if self.config.unroll else 'jv'}] = T.float32(0)", size=size)
+
+        def update(jo: str, half: int | None) -> str:
+            slot = self.lane(jo) if self.config.unroll else "jv"
+            return (f"acc[{slot}] = acc[{slot}] + {self.dense_read('X', self.row(), jo, half)} * "
+                    f"{self.dense_read('Y', f'indices[{self.nz()}]', jo, half)}")
+
+        self._nest(k0 + 1, len(self.order) - 1, lambda: self.dense_loops(update))
         # Tree reduction of the lanes: ceil(log2(size)) folding steps, each one vector add
         # (an odd count folds its upper half onto the lower, keeping the middle element).
         live = size

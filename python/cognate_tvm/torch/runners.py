@@ -27,7 +27,7 @@ import torch
 
 from ..backends.base import Backend
 from ..errors import DeviceUnavailableError
-from ..kernels.cpu_operands import pack_arguments, panel_permutation, prepare_sparse
+from ..kernels.cpu_operands import pack_arguments, paired_lanes, panel_permutation, prepare_sparse
 from ..ops import get_op
 from ..space import create as create_space
 from ..space.base import Config, Space
@@ -82,6 +82,14 @@ class Runner(ABC):
         return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
 
 
+def pair_columns(tensor: torch.Tensor, lanes: int) -> torch.Tensor:
+    """The torch form of cognate_tvm.kernels.cpu_operands.pair_columns: bfloat16 [rows, width] as int32
+    words [rows, width / 2], word g * P + p holding columns g * 2P + p (low) and g * 2P + P + p (high)."""
+    rows, width = tensor.shape
+    groups = tensor.reshape(rows, width // (2 * lanes), 2, lanes).transpose(2, 3).contiguous()
+    return groups.view(torch.int32).reshape(rows, width // 2)
+
+
 def pad_columns(tensor: torch.Tensor, width: int) -> torch.Tensor:
     """`tensor` itself when it has `width` columns, else a copy with zero columns appended."""
     if tensor.shape[1] == width:
@@ -111,6 +119,7 @@ class CPURunner(Runner):
         self.perm = None if sparse.perm is None else self._index(sparse.perm)
         self.width = config.padded_width(feat)
         self.dense_dtype = getattr(torch, dtype)
+        self.pair = paired_lanes(op, config, feat, dtype)
         self._gather = GatherCache()
 
     def __call__(self, values, *dense):
@@ -118,8 +127,14 @@ class CPURunner(Runner):
         sddmm = self.op == "sddmm"
         out = torch.empty((self.nnz,) if sddmm else (self.shape[0], self.width), dtype=torch.float32)
         self.func(*pack_arguments(self.shape, self.npanels, self.indptr, self.indices, vals, self.perm,
-                                  [pad_columns(d.to(self.dense_dtype), self.width) for d in dense], out))
+                                  [self._dense(d) for d in dense], out))
         return out if sddmm or self.width == self.feat else out[:, :self.feat].contiguous()
+
+    def _dense(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A dense operand in the kernel's layout: its element type, padded, and paired where the kernel
+        reads pairs."""
+        padded = pad_columns(tensor.to(self.dense_dtype), self.width)
+        return pair_columns(padded, self.pair) if self.pair else padded
 
 
 # The value arrays of each CUDA layout, and the array of the same layout's SDDMM form that says
@@ -309,4 +324,4 @@ def create_platform(device: torch.device, *, num_threads: int | None = None, arc
 
 
 __all__ = ["CPUPlatform", "CPURunner", "CUDAPlatform", "CUDARunner", "cuda_value_slots", "GatherCache", "Platform", "Runner",
-           "create_platform", "cuda_arch", "pad_columns"]
+           "create_platform", "cuda_arch", "pad_columns", "pair_columns"]
