@@ -59,7 +59,8 @@ def test_row_blocks_hold_the_matrix(small_matrix, rows):
     assert blocks.fill >= 1.0
 
 
-def test_blocked_configs_match_scipy(backend):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_blocked_configs_match_scipy(backend, bf16_backend, dtype):
     """Every block size, vector width, chunking and a row tile larger than some matrices."""
     space = CPUSpace("spmm")
     for config in BLOCKED:
@@ -67,7 +68,8 @@ def test_blocked_configs_match_scipy(backend):
     failures = []
     for name, build in SMALL_MATRICES.items():
         for feat in (20, 128):
-            for result in backend.measure("spmm", build(), BLOCKED, feat, check=True):
+            measuring = backend if dtype == "float32" else bf16_backend  # bfloat16: checked on the rounded B
+            for result in measuring.measure("spmm", build(), BLOCKED, feat, check=True):
                 if result.correct is not True:
                     failures.append((name, feat, result.config.to_json(), result.error))
     assert not failures, failures[:3]
