@@ -52,6 +52,8 @@ def test_baseline_is_row_parallel_vectorized_csr(space):
     ({"j_tile": 16, "vector": 16, "unroll": True}, "unroll needs"),
     ({"parallel": False, "chunk": 4}, "chunk 4"),
     ({"chunk": 7}, "chunk 7"),
+    ({"parallel": False, "chunk": -1}, "chunk -1"),
+    ({"k_parts": 2, "loop_order": PANEL_ORDERS[6], "chunk": -1}, "chunk -1"),  # balanced: plain CSR only
 ])
 def test_invalid_configs_name_the_rule(space, change, rule):
     fields = space.baseline().to_dict()

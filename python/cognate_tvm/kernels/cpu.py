@@ -27,12 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ops import Op, get_op
-from ..space.cpu import CPUConfig
+from ..space.cpu import BALANCED, CPUConfig
 from .cache import KernelCache, kernel_key
 from .cpu_operands import check_dense_dtype, paired_lanes
 
 # Bumped whenever the generated code changes, so stale cached libraries are not reused.
-GENERATOR_VERSION = 6
+GENERATOR_VERSION = 7
 
 def host_cpu() -> str:
     """LLVM's name of this machine's CPU (e.g. 'znver4'), as TVM's LLVM sees it."""
@@ -89,7 +89,7 @@ class _NestGenerator:
     # index expressions of the loops opened so far
     def i1(self) -> str:
         chunk = self.config.chunk
-        return f"((c1 * {self.workers} + w) * {chunk} + c0)" if self.config.parallel and chunk else "i1"
+        return f"((c1 * {self.workers} + w) * {chunk} + c0)" if self.config.parallel and chunk > 0 else "i1"
 
     def row(self) -> str:
         return self.i1() if self.tile_i == 1 else f"({self.i1()} * {self.tile_i} + i0)"
@@ -157,6 +157,8 @@ class _NestGenerator:
         """Open `name`'s loop(s) (and guards); return how many levels were opened."""
         tiles = f"T.ceildiv({self.units}, {self.tile_i})"
         if name == "i1":
+            if self.config.parallel and self.config.chunk == BALANCED:
+                return self._open_balanced(tiles)
             if self.config.parallel and self.config.chunk:
                 step = self.workers * self.config.chunk
                 self.open(f"for w in T.parallel({self.workers}):")
@@ -188,6 +190,33 @@ class _NestGenerator:
             self.open(f"for j0 in T.serial({self.tile_j}):")
             return 1
         raise AssertionError(name)
+
+    def _open_balanced(self, tiles: str) -> int:
+        """One contiguous range of row tiles per worker, holding 1/workers of the nonzeros: worker w's range
+        starts at the first tile whose first nonzero is at or past w/workers of them (a binary search on
+        the row pointers, 32 halvings, enough for any int32 count) and ends where worker w + 1's starts;
+        the last one runs to the end, so trailing empty rows are written too."""
+        workers, units, step = self.workers, self.units, self.tile_i
+        self.open(f"for w in T.parallel({workers}):")
+        self.w(self.depth, 'edge = T.alloc_buffer((2,), "int32", scope="local")')
+        self.w(self.depth, 'span = T.alloc_buffer((2,), "int32", scope="local")')
+        self.open("for e in T.serial(2):")
+        self.w(self.depth, "span[0] = 0")
+        self.w(self.depth, f"span[1] = {tiles}")
+        self.open("for halving in T.serial(32):")
+        self.open("if span[0] < span[1]:")
+        mid = "T.shift_right(span[0] + span[1], 1)"
+        first = f'T.Cast("int64", indptr[T.min({mid} * {step}, {units})]) * {workers}'
+        self.open(f'if {first} < T.Cast("int64", w + e) * T.Cast("int64", indptr[{units}]):')
+        self.w(self.depth, f"span[0] = {mid} + 1")
+        self.close(1)
+        self.open("else:")
+        self.w(self.depth, f"span[1] = {mid}")
+        self.close(3)
+        self.w(self.depth, f"edge[e] = T.if_then_else(w + e == {workers}, {tiles}, span[0])")
+        self.close(1)
+        self.open("for i1 in T.serial(edge[0], edge[1]):")
+        return 2
 
     def vector_loops(self, body: str, *, size: int | None = None) -> None:
         """The dense tile as (unrolled) chunks of vectorized lanes around `body`."""

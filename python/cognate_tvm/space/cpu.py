@@ -24,7 +24,8 @@ pattern), with A sparse M x K and dense width N (`feat`):
   innermost loop is the sparse one), ``unroll`` (unroll the J / vector chunks of
   a dense tile), ``parallel`` (run row tiles on all cores) and ``chunk`` (0:
   contiguous row-tile ranges per thread; c > 0: threads take chunks of c row
-  tiles round-robin, which balances skewed row lengths).
+  tiles round-robin, which balances skewed row lengths; :data:`BALANCED` (-1, plain
+  CSR only): one contiguous range per thread, cut where the nonzeros split evenly).
 
 Every config is valid for every dense width: the dense tile is clipped to the
 width rounded up to the vector width, and the dense operands are zero-padded to
@@ -61,6 +62,11 @@ K_PARTS = (1, 2, 4, 8)               # equal column parts when k_panel == 0; 1 =
 J_TILES = (4, 8, 16, 32, 64, 128)
 VECTORS = (4, 8, 16)         # float32 lanes: SSE xmm, AVX2 ymm, AVX-512 zmm
 CHUNKS = (0, 4)              # 0 = contiguous ranges; 4 = round-robin chunks of 4 row tiles
+# chunk value of nonzero-balanced ranges: each thread takes one contiguous range of row tiles holding
+# 1/threads of the nonzeros (found by binary search on the row pointers in the kernel). Round-robin
+# does not balance an R-MAT graph, whose first half of rows at every power-of-two scale holds 3/4 of
+# its nonzeros, so chunks of 4 tiles leave one of two threads 3/4 of the work.
+BALANCED = -1
 BLOCK_ROWS = (1, 2, 4)       # rows per register block (SpMM)
 # Accumulator lanes of a register block (block_rows * j_tile): 256 float32 lanes are 16 zmm
 # registers, half the AVX-512 file, leaving room for the B row and the values.
@@ -219,8 +225,9 @@ class CPUSpace(Space):
             (not config.unroll or config.j_tile > config.vector > 1,
              f"unroll needs more than one vector per dense tile (j_tile {config.j_tile}, "
              f"vector {config.vector})"),
-            (config.chunk in (CHUNKS if config.parallel else (0,)),
-             f"chunk {config.chunk} must be in {CHUNKS} with parallel, else 0"),
+            (config.chunk in (CHUNKS if config.parallel else (0,)) or _balanced(config),
+             f"chunk {config.chunk} must be in {CHUNKS} (or {BALANCED}, balanced ranges, with plain CSR) "
+             f"with parallel, else 0"),
             (config.block_rows in self.block_rows,
              f"block_rows {config.block_rows} not in {self.block_rows} for {self.op.name}"),
             (config.block_rows == 1 or _blockable(config),
@@ -243,6 +250,11 @@ class CPUSpace(Space):
                          float(config.chunk), math.log2(config.block_rows)], dtype=np.float32)
 
 
+def _balanced(config: CPUConfig) -> bool:
+    """Whether `config` runs nonzero-balanced row ranges (valid: parallel, plain CSR)."""
+    return config.parallel and config.chunk == BALANCED and config.single_panel
+
+
 def _blockable(config: CPUConfig) -> bool:
     """Whether `config`'s nest can run on register blocks (see the module docstring)."""
     return (config.single_panel and tuple(config.loop_order) == BLOCKED_ORDER
@@ -255,14 +267,16 @@ def _column_options():
 
 
 def _enumerate(block_rows: tuple[int, ...]):
-    """Every valid config in a fixed order: the unblocked ones, then the register-blocked ones."""
+    """Every valid config in a fixed order: the unblocked ones, then the register-blocked ones, then the
+    balanced twins of the plain-CSR contiguous-range ones (appended, so earlier configs keep their places)."""
     unblocked = list(_unblocked())
+    blocked = [dataclasses.replace(config, block_rows=rows) for rows in block_rows[1:] for config in unblocked]
+    blocked = [config for config in blocked if _blockable(config)]
     yield from unblocked
-    for rows in block_rows[1:]:
-        for config in unblocked:
-            blocked = dataclasses.replace(config, block_rows=rows)
-            if _blockable(blocked):
-                yield blocked
+    yield from blocked
+    for config in unblocked + blocked:
+        if config.parallel and config.chunk == 0 and config.single_panel:
+            yield dataclasses.replace(config, chunk=BALANCED)
 
 
 def _unblocked():

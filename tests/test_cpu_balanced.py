@@ -1,0 +1,76 @@
+"""Nonzero-balanced row ranges (`chunk` = BALANCED): each thread takes one contiguous range of row tiles
+holding an equal share of the nonzeros, found in the kernel by binary search on the row pointers.
+
+Every balanced config must write every output row exactly as scipy does, also where the split falls on
+empty rows (leading, trailing, all rows empty), on one nonzero, and on a power-law matrix whose first
+rows hold most nonzeros.
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from cognate_tvm.backends.cpu import LLVMBackend
+from cognate_tvm.ops import get_op
+from cognate_tvm.space.cpu import BALANCED, CPUSpace
+
+from conftest import SMALL_MATRICES
+
+
+def _skewed_matrices():
+    rng = np.random.default_rng(0)
+    heavy_first = sp.random(300, 120, density=0.02, format="csr", random_state=1, dtype=np.float32).tolil()
+    heavy_first[:3, :] = rng.standard_normal((3, 120))  # three dense rows: most of the nonzeros
+    trailing_empty = sp.random(200, 90, density=0.05, format="lil", random_state=2, dtype=np.float32)
+    trailing_empty[150:, :] = 0
+    return {"heavy_first_rows": sp.csr_matrix(heavy_first), "trailing_empty": sp.csr_matrix(trailing_empty),
+            "all_empty": sp.csr_matrix((50, 40), dtype=np.float32)}
+
+
+def _sample(op, count, seed):
+    balanced = [c for c in CPUSpace(op).configs() if c.chunk == BALANCED]
+    picks = np.random.default_rng(seed).choice(len(balanced), count, replace=False)
+    return [balanced[i] for i in picks]
+
+
+def test_balanced_twins_of_contiguous_plain_csr_configs():
+    space = CPUSpace("spmm")
+    configs = space.configs()
+    balanced = [c for c in configs if c.chunk == BALANCED]
+    contiguous = [c for c in configs if c.parallel and c.chunk == 0 and c.single_panel]
+    assert {dataclasses.replace(c, chunk=0) for c in balanced} == set(contiguous)
+    assert all(c.parallel and c.single_panel for c in balanced)
+    assert any(c.block_rows > 1 for c in balanced)  # register blocks split by nonzeros too
+    assert configs[:len(configs) - len(balanced)] == [c for c in configs if c.chunk != BALANCED]  # appended
+    assert all(c in space.candidates(2) and c not in space.candidates(1) for c in balanced[:50])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_balanced_configs_match_scipy(op, dtype):
+    op = get_op(op)
+    backend = LLVMBackend(num_threads=2, cache_dir=None, repeats=1, warmup=0, min_seconds=0.0, dtype=dtype)
+    configs = _sample(op, 10, seed=1)
+    if op.name == "spmm":
+        blocked = [c for c in CPUSpace(op).configs() if c.chunk == BALANCED and c.block_rows > 1]
+        configs.append(blocked[len(blocked) // 2])
+    matrices = {name: build() for name, build in SMALL_MATRICES.items()} | _skewed_matrices()
+    failures = []
+    for name, matrix in matrices.items():
+        for result in backend.measure(op, matrix, configs, 20, check=True, seed=1):
+            if result.correct is not True:
+                failures.append((name, result.config.to_json(), result.error))
+    assert not failures, failures[:3]
+
+
+def test_balanced_and_contiguous_agree_on_three_threads():
+    """More workers than the two the tests usually run: every row is still written once."""
+    backend = LLVMBackend(num_threads=3, cache_dir=None, repeats=1, warmup=0, min_seconds=0.0)
+    matrix = _skewed_matrices()["heavy_first_rows"]
+    config = _sample("spmm", 1, seed=2)[0]
+    dense = get_op("spmm").make_dense_inputs(matrix, 16, seed=0)
+    balanced = backend.run("spmm", config, matrix, dense)
+    contiguous = backend.run("spmm", dataclasses.replace(config, chunk=0), matrix, dense)
+    np.testing.assert_allclose(balanced, contiguous, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(balanced, matrix @ dense[0], rtol=1e-4, atol=1e-4)
