@@ -38,7 +38,7 @@ threads:
 - the CPU space (`space.create("cpu", "spmm")`, `backends.create("llvm", num_threads=threads)`): the
   baseline config, and the best of a sample: the baseline and `--sample` (48) candidates
   (`space.candidates(threads)`) drawn with seed `--seed` + 1, plus every candidate that differs from
-  the fastest of those only in the knobs `block_rows` / `chunk` (where the config has them), all
+  the fastest of those only in the knobs `block_rows` / `balanced` (where the config has them), all
   measured with ``check=True``, only correct results kept. The `--finalists` (3) fastest of that sweep
   are timed again below and the fastest there is "best of space (sampled)".
 - tune's pick: `cognate_tvm.tuning.tune` as ``python -m cognate_tvm.tune`` runs it by default (the
@@ -120,9 +120,7 @@ MATRICES = {
     "uniform": ("generated", "uniform", 100_000),
 }
 MIN_ROWS = 64  # scaled row counts stop here
-# the knobs whose every variant of the sample's best is measured: register blocks, and the thread
-# distribution (chunk), which holds the nonzero-balanced ranges
-NEW_KNOBS = ("block_rows", "chunk")
+NEW_KNOBS = ("block_rows", "balanced")  # the knobs whose every variant of the sample's best is measured
 FLOOR_DEFINITION = ("floor_ms = minimal bytes / copy bandwidth; minimal bytes = 4 (M + 1) + 8 nnz (A's CSR "
                     "arrays) + 4 K N (B read once) + 4 M N (C written once); copy bandwidth = (read + write "
                     "bytes) / time of torch dst.copy_(src) of a large float32 array on the same threads. "

@@ -1,4 +1,4 @@
-"""Nonzero-balanced row ranges (`chunk` = BALANCED): each thread takes one contiguous range of row tiles
+"""Nonzero-balanced row ranges (the `balanced` knob): each thread takes one contiguous range of row tiles
 holding an equal share of the nonzeros, found in the kernel by binary search on the row pointers.
 
 Every balanced config must write every output row exactly as scipy does, also where the split falls on
@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 from cognate_tvm.backends.cpu import LLVMBackend
 from cognate_tvm.ops import get_op
-from cognate_tvm.space.cpu import BALANCED, CPUSpace
+from cognate_tvm.space.cpu import CPUSpace
 
 from conftest import SMALL_MATRICES
 
@@ -29,7 +29,7 @@ def _skewed_matrices():
 
 
 def _sample(op, count, seed):
-    balanced = [c for c in CPUSpace(op).configs() if c.chunk == BALANCED]
+    balanced = [c for c in CPUSpace(op).configs() if c.balanced]
     picks = np.random.default_rng(seed).choice(len(balanced), count, replace=False)
     return [balanced[i] for i in picks]
 
@@ -37,12 +37,15 @@ def _sample(op, count, seed):
 def test_balanced_twins_of_contiguous_plain_csr_configs():
     space = CPUSpace("spmm")
     configs = space.configs()
-    balanced = [c for c in configs if c.chunk == BALANCED]
-    contiguous = [c for c in configs if c.parallel and c.chunk == 0 and c.single_panel]
-    assert {dataclasses.replace(c, chunk=0) for c in balanced} == set(contiguous)
+    balanced = [c for c in configs if c.balanced]
+    contiguous = [c for c in configs if c.parallel and c.chunk == 0 and c.single_panel and not c.balanced]
+    assert {dataclasses.replace(c, balanced=False) for c in balanced} == set(contiguous)
+    assert all(c.chunk == 0 and "balanced" in c.to_json() for c in balanced)
+    assert "balanced" not in contiguous[0].to_json()  # stored configs without the knob keep their form
+    assert space.config_from_json(balanced[0].to_json()) == balanced[0]
     assert all(c.parallel and c.single_panel for c in balanced)
     assert any(c.block_rows > 1 for c in balanced)  # register blocks split by nonzeros too
-    assert configs[:len(configs) - len(balanced)] == [c for c in configs if c.chunk != BALANCED]  # appended
+    assert configs[:len(configs) - len(balanced)] == [c for c in configs if not c.balanced]  # appended
     assert all(c in space.candidates(2) and c not in space.candidates(1) for c in balanced[:50])
 
 
@@ -53,7 +56,7 @@ def test_balanced_configs_match_scipy(op, dtype):
     backend = LLVMBackend(num_threads=2, cache_dir=None, repeats=1, warmup=0, min_seconds=0.0, dtype=dtype)
     configs = _sample(op, 10, seed=1)
     if op.name == "spmm":
-        blocked = [c for c in CPUSpace(op).configs() if c.chunk == BALANCED and c.block_rows > 1]
+        blocked = [c for c in CPUSpace(op).configs() if c.balanced and c.block_rows > 1]
         configs.append(blocked[len(blocked) // 2])
     matrices = {name: build() for name, build in SMALL_MATRICES.items()} | _skewed_matrices()
     failures = []
@@ -71,6 +74,6 @@ def test_balanced_and_contiguous_agree_on_three_threads():
     config = _sample("spmm", 1, seed=2)[0]
     dense = get_op("spmm").make_dense_inputs(matrix, 16, seed=0)
     balanced = backend.run("spmm", config, matrix, dense)
-    contiguous = backend.run("spmm", dataclasses.replace(config, chunk=0), matrix, dense)
+    contiguous = backend.run("spmm", dataclasses.replace(config, balanced=False), matrix, dense)
     np.testing.assert_allclose(balanced, contiguous, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(balanced, matrix @ dense[0], rtol=1e-4, atol=1e-4)

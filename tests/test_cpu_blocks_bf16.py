@@ -79,8 +79,8 @@ def test_the_space_has_blocks_for_spmm_only():
     spmm, sddmm = CPUSpace("spmm"), CPUSpace("sddmm")
     assert {c.block_rows for c in spmm.configs()} == set(BLOCK_ROWS)
     assert {c.block_rows for c in sddmm.configs()} == {1}
-    assert spmm.knob_names == sddmm.knob_names and spmm.knob_names[-1] == "log2_block_rows"
-    assert np.all(sddmm.knob_matrix()[:, -1] == 0)
+    assert spmm.knob_names == sddmm.knob_names and spmm.knob_names[-2] == "log2_block_rows"
+    assert np.all(sddmm.knob_matrix()[:, -2] == 0)
     with pytest.raises(InvalidConfigError, match="block_rows 2 not in"):
         sddmm.check(dataclasses.replace(BLOCKED[0], block_rows=2))
     with pytest.raises(InvalidConfigError, match="needs plain CSR"):
@@ -224,7 +224,7 @@ def test_a_new_model_sees_the_knob():
     space = CPUSpace("spmm")
     assert model.encoder_for(space).width == len(space.knob_names)
     shared, knobs, _ = model.inputs(space, BLOCKED[:2], rows=100, cols=100, feat=64)
-    assert knobs.shape[1] == 5 and knobs[0, -1] != knobs[1, -1]
+    assert knobs.shape[1] == 6 and knobs[0, -2] != knobs[1, -2]
 
 
 

@@ -1,4 +1,5 @@
 """The CPU space: size, validity rules, JSON form, baseline, mapping to the shared space."""
+import dataclasses
 import json
 import math
 import subprocess
@@ -52,8 +53,9 @@ def test_baseline_is_row_parallel_vectorized_csr(space):
     ({"j_tile": 16, "vector": 16, "unroll": True}, "unroll needs"),
     ({"parallel": False, "chunk": 4}, "chunk 4"),
     ({"chunk": 7}, "chunk 7"),
-    ({"parallel": False, "chunk": -1}, "chunk -1"),
-    ({"k_parts": 2, "loop_order": PANEL_ORDERS[6], "chunk": -1}, "chunk -1"),  # balanced: plain CSR only
+    ({"parallel": False, "balanced": True}, "balanced ranges need"),
+    ({"chunk": 4, "balanced": True}, "balanced ranges need"),
+    ({"k_parts": 2, "loop_order": PANEL_ORDERS[6], "balanced": True}, "balanced ranges need"),  # plain CSR only
 ])
 def test_invalid_configs_name_the_rule(space, change, rule):
     fields = space.baseline().to_dict()
@@ -96,8 +98,9 @@ def test_platform_knobs(space):
     knobs = space.knob_matrix()
     assert knobs.shape == (len(space), len(space.knob_names)) and knobs.dtype == np.float32
     base = space.platform_knobs(space.baseline())
-    # log2(16) lanes, no unroll, parallel, contiguous, one row per block
-    assert base.tolist() == [4.0, 0.0, 1.0, 0.0, 0.0]
+    # log2(16) lanes, no unroll, parallel, contiguous, one row per block, ranges of equal rows
+    assert base.tolist() == [4.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    assert space.platform_knobs(dataclasses.replace(space.baseline(), balanced=True))[-1] == 1.0
     assert len(np.unique(knobs, axis=0)) > 4
 
 

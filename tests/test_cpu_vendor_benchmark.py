@@ -76,17 +76,17 @@ class _Config:
     i_tile: int
     vector: int
     block_rows: int = 1
-    chunk: int = 0
+    balanced: bool = False
 
 
 def test_knob_variants_vary_only_the_new_knobs(monkeypatch):
     bench = _load(monkeypatch)
-    every = [_Config(i, v, b, c) for i in (1, 2) for v in (4, 8) for b in (1, 2, 4) for c in (0, 4, -1)]
-    best = _Config(2, 8, 1, 0)
+    every = [_Config(i, v, b, c) for i in (1, 2) for v in (4, 8) for b in (1, 2, 4) for c in (False, True)]
+    best = _Config(2, 8, 1, False)
     variants = bench.knob_variants(best, every)
-    assert len(variants) == 8 and best not in variants
+    assert len(variants) == 5 and best not in variants
     assert all((c.i_tile, c.vector) == (2, 8) for c in variants)
-    assert bench.new_knobs(best) == ["block_rows", "chunk"]
+    assert bench.new_knobs(best) == ["block_rows", "balanced"]
 
     @dataclasses.dataclass(frozen=True)
     class Old:  # a config without the knobs has no variants

@@ -39,8 +39,8 @@ class _Model:
         return []
 
 
-def _context(configs, times, model, *, fixed=0):
-    gpu = space.create("gpu", "spmm")
+def _context(configs, times, model, *, fixed=0, platform="gpu"):
+    gpu = space.create(platform, "spmm")
     calls = []
 
     def measure(picked, desc):
@@ -113,6 +113,38 @@ def test_adaptive_explores_a_knob_no_measured_config_varied():
     context, calls = _context(configs, times, _Model(score=model.score))
     search.Adaptive(measurements=4, first=2, per_round=2, explore=False).search(context)
     assert calls[1] == sorted(configs, key=model.score)[2:4]
+
+
+class _BlindModel(_Model):
+    """A model whose knob encoder does not read the CPU space's last two knobs (register blocks and
+    balanced ranges), as a model trained before they existed."""
+
+    def __deepcopy__(self, memo):
+        return _BlindModel(self.score, self.learned)
+
+    def unread_knobs(self, platform_space):
+        return platform_space.knob_names[-2:]
+
+
+def test_adaptive_explores_the_twin_holding_an_unread_knob_value_first():
+    import dataclasses
+
+    cpu = space.create("cpu", "spmm")
+    base = cpu.baseline()
+    plain = [c for c in cpu.candidates(2) if c.single_panel and c.block_rows == 1 and not c.balanced]
+    configs = plain[:40] + [dataclasses.replace(c, balanced=True) for c in plain[:40] if c.chunk == 0]
+    # the model ranks every balanced config last (it cannot read the knob); balanced ones are faster
+    model = _BlindModel(score=lambda c: (c.balanced, c.to_json()))
+    times = {c: (1.0 if c.balanced else 2.0) + zlib.crc32(c.to_json().encode()) % 100 / 1000
+             for c in configs + [base]}
+    context, calls = _context(configs, times, model, platform="cpu")
+    outcome = search.Adaptive(measurements=4, first=2, per_round=2).search(context)
+    fastest = min(outcome.measured[:3], key=lambda r: r.time_ms).config
+    explored = calls[1][1]
+    assert explored.balanced and not any(c.balanced for c in calls[0])
+    assert explored.knobs_differing(fastest) == min(c.knobs_differing(fastest) for c in configs if c.balanced)
+    assert search.unread_knob_positions(model, cpu) == [len(cpu.knob_names) - 2, len(cpu.knob_names) - 1]
+    assert search.unread_knob_positions(_Model(score=str), cpu) == []  # a model that reads every knob
 
 
 def test_adaptive_does_not_fine_tune_on_fewer_than_two_configs_that_ran():

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ops import Op, get_op
-from ..space.cpu import BALANCED, CPUConfig
+from ..space.cpu import CPUConfig
 from .cache import KernelCache, kernel_key
 from .cpu_operands import check_dense_dtype, paired_lanes
 
@@ -157,7 +157,7 @@ class _NestGenerator:
         """Open `name`'s loop(s) (and guards); return how many levels were opened."""
         tiles = f"T.ceildiv({self.units}, {self.tile_i})"
         if name == "i1":
-            if self.config.parallel and self.config.chunk == BALANCED:
+            if self.config.parallel and self.config.balanced:
                 return self._open_balanced(tiles)
             if self.config.parallel and self.config.chunk:
                 step = self.workers * self.config.chunk

@@ -124,6 +124,11 @@ class CognateCostModel(RankingModel):
         self._narrow_warned: set[str] = set()
 
     # -- parts -----------------------------------------------------------------------
+    def unread_knobs(self, space: Space) -> tuple[str, ...]:
+        """The names of `space`'s knobs that this model's knob encoder does not read: knobs appended to the
+        space after the model was trained, on which it scores configs alike."""
+        return tuple(space.knob_names[self.encoder_for(space).width:])
+
     def encoder_for(self, space: Space) -> KnobEncoder:
         """The knob encoder of `space`'s platform, trained on its whole space on first use."""
         platform = space.platform

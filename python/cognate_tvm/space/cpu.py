@@ -24,8 +24,14 @@ pattern), with A sparse M x K and dense width N (`feat`):
   innermost loop is the sparse one), ``unroll`` (unroll the J / vector chunks of
   a dense tile), ``parallel`` (run row tiles on all cores) and ``chunk`` (0:
   contiguous row-tile ranges per thread; c > 0: threads take chunks of c row
-  tiles round-robin, which balances skewed row lengths; :data:`BALANCED` (-1, plain
-  CSR only): one contiguous range per thread, cut where the nonzeros split evenly).
+  tiles round-robin, which balances skewed row lengths).
+- ``block_rows`` (SpMM): register blocks of R rows (see :data:`BLOCK_ROWS`).
+- ``balanced`` (parallel plain CSR with ``chunk`` = 0): each thread takes one
+  contiguous range of row tiles holding an equal share of the nonzeros, cut by a
+  binary search on the row pointers in the kernel, instead of an equal share of
+  the rows. Round-robin does not balance an R-MAT graph, whose first half of rows
+  at every power-of-two scale holds 3/4 of its nonzeros, so chunks of 4 tiles
+  leave one of two threads 3/4 of the work.
 
 Every config is valid for every dense width: the dense tile is clipped to the
 width rounded up to the vector width, and the dense operands are zero-padded to
@@ -62,11 +68,6 @@ K_PARTS = (1, 2, 4, 8)               # equal column parts when k_panel == 0; 1 =
 J_TILES = (4, 8, 16, 32, 64, 128)
 VECTORS = (4, 8, 16)         # float32 lanes: SSE xmm, AVX2 ymm, AVX-512 zmm
 CHUNKS = (0, 4)              # 0 = contiguous ranges; 4 = round-robin chunks of 4 row tiles
-# chunk value of nonzero-balanced ranges: each thread takes one contiguous range of row tiles holding
-# 1/threads of the nonzeros (found by binary search on the row pointers in the kernel). Round-robin
-# does not balance an R-MAT graph, whose first half of rows at every power-of-two scale holds 3/4 of
-# its nonzeros, so chunks of 4 tiles leave one of two threads 3/4 of the work.
-BALANCED = -1
 BLOCK_ROWS = (1, 2, 4)       # rows per register block (SpMM)
 # Accumulator lanes of a register block (block_rows * j_tile): 256 float32 lanes are 16 zmm
 # registers, half the AVX-512 file, leaving room for the B row and the values.
@@ -125,19 +126,22 @@ class CPUConfig(Config):
     parallel: bool
     chunk: int
     block_rows: int = 1
+    balanced: bool = False
 
     @classmethod
     def from_dict(cls, data: dict) -> "CPUConfig":
-        """Also takes the dicts of configs stored before `block_rows` existed (1: unblocked)."""
+        """Also takes the dicts of configs stored before `block_rows` and `balanced` existed (1: unblocked;
+        False: ranges of equal row counts)."""
         defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
         return super().from_dict({**defaults, **data})
 
     def to_dict(self) -> dict:
-        """An unblocked config keeps the form it had before `block_rows` existed (same JSON, same
-        dataset keys)."""
+        """A config without register blocks or balanced ranges keeps the form it had before those knobs
+        existed (same JSON, same dataset keys)."""
         data = super().to_dict()
-        if self.block_rows == 1:
-            del data["block_rows"]
+        for name, default in (("block_rows", 1), ("balanced", False)):
+            if data[name] == default:
+                del data[name]
         return data
 
     @property
@@ -168,10 +172,11 @@ class CPUSpace(Space):
 
     platform = "cpu"
     config_type = CPUConfig
-    # block_rows was appended after the shipped models were trained: they rank it as unblocked
+    # block_rows and balanced were appended after the shipped models were trained: they rank such a
+    # config like its twin without them
     min_knobs = 4
     # One knob vector for both ops, so that a model reads either op's configs: SDDMM's block_rows is 1.
-    knob_names = ("log2_vector", "unroll", "parallel", "chunk", "log2_block_rows")
+    knob_names = ("log2_vector", "unroll", "parallel", "chunk", "log2_block_rows", "balanced")
 
     def __init__(self, op: str | Op):
         super().__init__(op)
@@ -225,9 +230,10 @@ class CPUSpace(Space):
             (not config.unroll or config.j_tile > config.vector > 1,
              f"unroll needs more than one vector per dense tile (j_tile {config.j_tile}, "
              f"vector {config.vector})"),
-            (config.chunk in (CHUNKS if config.parallel else (0,)) or _balanced(config),
-             f"chunk {config.chunk} must be in {CHUNKS} (or {BALANCED}, balanced ranges, with plain CSR) "
-             f"with parallel, else 0"),
+            (config.chunk in (CHUNKS if config.parallel else (0,)),
+             f"chunk {config.chunk} must be in {CHUNKS} with parallel, else 0"),
+            (not config.balanced or (config.parallel and config.chunk == 0 and config.single_panel),
+             "balanced ranges need parallel, chunk 0 and plain CSR"),
             (config.block_rows in self.block_rows,
              f"block_rows {config.block_rows} not in {self.block_rows} for {self.op.name}"),
             (config.block_rows == 1 or _blockable(config),
@@ -247,12 +253,8 @@ class CPUSpace(Space):
 
     def platform_knobs(self, config: CPUConfig) -> np.ndarray:
         return np.array([math.log2(config.vector), float(config.unroll), float(config.parallel),
-                         float(config.chunk), math.log2(config.block_rows)], dtype=np.float32)
-
-
-def _balanced(config: CPUConfig) -> bool:
-    """Whether `config` runs nonzero-balanced row ranges (valid: parallel, plain CSR)."""
-    return config.parallel and config.chunk == BALANCED and config.single_panel
+                         float(config.chunk), math.log2(config.block_rows), float(config.balanced)],
+                        dtype=np.float32)
 
 
 def _blockable(config: CPUConfig) -> bool:
@@ -276,7 +278,7 @@ def _enumerate(block_rows: tuple[int, ...]):
     yield from blocked
     for config in unblocked + blocked:
         if config.parallel and config.chunk == 0 and config.single_panel:
-            yield dataclasses.replace(config, chunk=BALANCED)
+            yield dataclasses.replace(config, balanced=True)
 
 
 def _unblocked():

@@ -13,9 +13,12 @@ platform: what differs between platforms is the space and the model.
 - `Adaptive` (the default): rounds of measure -> update -> re-rank. After each
   round a copy of the loaded model is fine-tuned on this matrix's measured
   configs and ranks the candidates again; each later round measures the best
-  config of the new ranking and one that explores: the best-ranked config that
-  changes, against the fastest measured so far, a knob no measured config has
-  varied yet (where the model has had nothing of this matrix to learn from).
+  config of the new ranking and one that explores: first the config nearest the
+  fastest measured one (its twin where there is one) that holds a value, no
+  measured config has held, of a knob the model does not read (one appended to
+  the space after the model was trained: the model scores it blind); else the best-ranked config that changes, against the fastest
+  measured so far, a knob no measured config has varied yet (where the model has
+  had nothing of this matrix to learn from).
 """
 from __future__ import annotations
 
@@ -84,6 +87,14 @@ def measured_group(name: str, matrix: sp.csr_matrix, feat: int, results: Sequenc
 
     return Group(name=name, matrix=matrix, feat=feat, configs=tuple(r.config for r in results),
                  times_ms=np.array([r.time_ms if r.ok else np.nan for r in results], dtype=np.float64))
+
+
+def unread_knob_positions(model, space: Space) -> list[int]:
+    """Positions in `space.knob_names` of the knobs `model` does not read (its `unread_knobs`; none for a
+    model without that method)."""
+    unread = getattr(model, "unread_knobs", None)
+    names = set(unread(space)) if unread is not None and space.knob_names else set()
+    return [n for n, name in enumerate(space.knob_names) if name in names]
 
 
 def unvaried_knobs(configs: Sequence[Config]) -> set[int]:
@@ -216,7 +227,7 @@ class Adaptive(SearchStrategy):
                 outcome.model, outcome.finetuned = model, True
                 ranked = model.rank(context.matrix, context.candidates, space=context.space, feat=context.feat)
             left = self._measurements - (len(outcome.measured) - len(context.measured))
-            picks = self._next_round(ranked, outcome.measured, min(self.per_round, left))
+            picks = self._next_round(ranked, outcome.measured, min(self.per_round, left), context)
             if not picks:
                 break  # every candidate is measured
             self._record(outcome, context, picks, ranked, f"round {len(outcome.rounds) + 1}")
@@ -243,7 +254,8 @@ class Adaptive(SearchStrategy):
         model.finetune([group], space=context.space, **({} if self.epochs is None else {"epochs": self.epochs}))
         return model
 
-    def _next_round(self, ranked: Sequence[Config], measured: Sequence[MeasureResult], k: int) -> list[Config]:
+    def _next_round(self, ranked: Sequence[Config], measured: Sequence[MeasureResult], k: int,
+                    context: SearchContext) -> list[Config]:
         seen = {r.config for r in measured}
         rest = [c for c in ranked if c not in seen]
         incumbent = _fastest(measured)
@@ -252,10 +264,26 @@ class Adaptive(SearchStrategy):
             exploit = [c for c in rest if c.knobs_differing(incumbent) <= self.local] or rest
         picks = exploit[:1]
         if self.explore and k > 1 and rest:
-            explored = self._explore([c for c in rest if c not in picks], measured)
+            others = [c for c in rest if c not in picks]
+            explored = self._unread_value(others, measured, context) or self._explore(others, measured)
             picks += [explored] if explored is not None else []
         chosen = set(picks)
         return picks + [c for c in dict.fromkeys(exploit + rest) if c not in chosen][:k - len(picks)]
+
+    @staticmethod
+    def _unread_value(ranked: Sequence[Config], measured: Sequence[MeasureResult],
+                      context: SearchContext) -> Config | None:
+        """Of the configs in `ranked` holding a value, of a knob the model does not read, that no measured
+        config holds: the nearest to the fastest measured config (fewest fields changed: its twin when
+        there is one), the best-ranked among those. None when the model reads every knob or no such
+        config is left."""
+        positions = unread_knob_positions(context.model, context.space)
+        incumbent = _fastest(measured)
+        if not positions or incumbent is None:
+            return None
+        held = {n: {context.space.platform_knobs(r.config)[n] for r in measured} for n in positions}
+        novel = [c for c in ranked if any(context.space.platform_knobs(c)[n] not in held[n] for n in positions)]
+        return min(novel, key=incumbent.knobs_differing) if novel else None
 
     def _explore(self, ranked: Sequence[Config], measured: Sequence[MeasureResult]) -> Config | None:
         """The best-ranked of `ranked` that changes, against the fastest measured config, a knob that
