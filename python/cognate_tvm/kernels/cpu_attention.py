@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .cache import KernelCache, kernel_key
-from .cpu import ScriptWriter
+from .cpu_nest import ScriptWriter
 
 # Bumped whenever the generated code changes, so stale cached libraries are not reused.
 GENERATOR_VERSION = 1
