@@ -126,7 +126,7 @@ def cpu_source(op: str, params: Params, args, out: Path, *, progress: bool):
         path, spec = out / f"cpu_{op}", params.cpu_corpus
         entries = load_corpus(spec, min_rows=params.cpu_min_rows, max_rows=params.cpu_max_rows)
         llvm = LLVMBackend(num_threads=1, cache_dir=args.kernel_cache, warmup=0, repeats=2, min_seconds=0.001)
-        pool = cpu.sample_covering(max(16, 2 * params.cpu_configs), seed=params.data_seed)  # >= every knob value
+        pool = cpu.sample_covering(max(24, 2 * params.cpu_configs), seed=params.data_seed)  # >= every knob value
         configs = {e.name: config_sample(cpu, params.cpu_configs, params.data_seed, e.name, pool) for e in entries}
         collect(llvm, op, entries, configs, path, feat=params.feat, seed=params.data_seed, progress=progress)
     frame = load_frame(path)
