@@ -120,7 +120,7 @@ def test_collect_through_the_payload_packs_its_dataset(gb, tmp_path):
     bundle = fake_payload(gb, tmp_path)
     run("stage", env=call_env(tmp_path, carry(bundle, tmp_path, 1)))
     out = run("collect", "--target", "llvm", "--op", "spmm", "--corpus", "synthetic:1:3", "--max-rows", "1500",
-              "--configs-per-matrix", "2", "--pool", "18", "--quiet", "--threads", "1",
+              "--configs-per-matrix", "2", "--pool", "24", "--quiet", "--threads", "1",
               env=call_env(tmp_path, carry(bundle, tmp_path, 2)),
               timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
