@@ -16,9 +16,10 @@ platform: what differs between platforms is the space and the model.
   config of the new ranking and one that explores: first the config nearest the
   fastest measured one (its twin where there is one) that holds a value, no
   measured config has held, of a knob the model does not read (one appended to
-  the space after the model was trained: the model scores it blind); else the best-ranked config that changes, against the fastest
-  measured so far, a knob no measured config has varied yet (where the model has
-  had nothing of this matrix to learn from).
+  the space after the model was trained: the model scores it blind); else the
+  best-ranked config that changes, against the fastest measured so far, a knob
+  no measured config has varied yet (where the model has had nothing of this
+  matrix to learn from).
 """
 from __future__ import annotations
 
