@@ -37,5 +37,7 @@ def checked_build(name: str, item, recorded: pd.Series) -> sp.csr_matrix:
         raise DatasetMismatchError(
             f"matrix {name!r} builds a pattern ({matrix.shape[0]}x{matrix.shape[1]}, {matrix.nnz} nonzeros, hash "
             f"{matrix_hash(matrix)[:12]}) other than the one the dataset timed (hash {sorted(hashes)[0][:12]}): "
-            "the corpus changed since the data was collected; collect it again")
+            "the corpus changed since the data was collected, or the matrix builds differently on this CPU "
+            "(a reverse Cuthill-McKee numbering follows numpy's sort, which depends on the CPU's vector "
+            "extensions); collect it again on this machine")
     return matrix
