@@ -38,11 +38,50 @@ def host_cpu() -> str:
     return str(codegen.llvm_get_system_cpu())
 
 
+# numpy's name of an x86 feature where it is not LLVM's in upper case without '.', '-' and '_'
+_NUMPY_FEATURE = {"FMA": "FMA3"}
+
+
+def missing_features(cpu_features, host_features: dict) -> list[str]:
+    """The features of the named CPU (LLVM names) that the host reports absent, sorted.
+
+    `host_features` maps numpy's feature names to whether this machine (CPU and OS) supports them; a
+    feature numpy does not name is left as the CPU name implies.
+    """
+    def numpy_name(feature: str) -> str:
+        name = feature.upper().replace(".", "").replace("-", "").replace("_", "")
+        return _NUMPY_FEATURE.get(name, name)
+
+    return sorted(f for f in cpu_features if host_features.get(numpy_name(f)) is False)
+
+
+def host_mattr(mcpu: str) -> list[str]:
+    """`mattr` entries ("-avx512f", ...) that turn off the features `mcpu` implies but this machine lacks.
+
+    LLVM names the host CPU by its model alone: a virtual machine that hides AVX-512 from a Zen 4 or
+    Sapphire Rapids guest is still 'znver4' / 'sapphirerapids', and code built for that name faults
+    there with an illegal instruction. TVM does not expose LLVM's host feature query, so the features
+    come from numpy's runtime CPU dispatch, which checks both the CPU and the OS's register support.
+    """
+    from tvm.target import Target, codegen
+
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as host_features
+    except ImportError:  # another numpy layout: keep what the CPU name implies
+        return []
+    implied = codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": mcpu}))
+    return ["-" + f for f in missing_features(implied, host_features)]
+
+
 def cpu_target(num_threads: int, mcpu: str | None = None):
-    """`llvm` target for `num_threads` cores, tuned for `mcpu` (default: this CPU)."""
+    """`llvm` target for `num_threads` cores, tuned for `mcpu` (default: this CPU, without the vector
+    features that its name implies and this machine lacks; see :func:`host_mattr`)."""
     from tvm.target import Target
 
-    return Target({"kind": "llvm", "num-cores": int(num_threads), "mcpu": mcpu or host_cpu()})
+    attrs = {"kind": "llvm", "num-cores": int(num_threads), "mcpu": mcpu or host_cpu()}
+    if mcpu is None and (mattr := host_mattr(attrs["mcpu"])):
+        attrs["mattr"] = mattr
+    return Target(attrs)
 
 
 # -- building and running --------------------------------------------------------------
