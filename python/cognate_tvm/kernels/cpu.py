@@ -55,6 +55,18 @@ def missing_features(cpu_features, host_features: dict) -> list[str]:
     return sorted(f for f in cpu_features if host_features.get(numpy_name(f)) is False)
 
 
+def _numpy_cpu_features() -> dict | None:
+    """numpy's runtime CPU features ({"AVX512F": False, ...}; numpy 2 and numpy 1 layouts), or None."""
+    import importlib
+
+    for module in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
+        try:
+            return dict(importlib.import_module(module).__cpu_features__)
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
 def host_mattr(mcpu: str) -> list[str]:
     """`mattr` entries ("-avx512f", ...) that turn off the features `mcpu` implies but this machine lacks.
 
@@ -65,9 +77,8 @@ def host_mattr(mcpu: str) -> list[str]:
     """
     from tvm.target import Target, codegen
 
-    try:
-        from numpy._core._multiarray_umath import __cpu_features__ as host_features
-    except ImportError:  # another numpy layout: keep what the CPU name implies
+    host_features = _numpy_cpu_features()
+    if host_features is None:  # a numpy that does not say: keep what the CPU name implies
         return []
     implied = codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": mcpu}))
     return ["-" + f for f in missing_features(implied, host_features)]
