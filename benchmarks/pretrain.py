@@ -71,8 +71,19 @@ def load_groups(args, space):
         raise SystemExit(f"error: {' '.join(map(str, args.data))} holds no {args.op}/{space.platform} measurements")
     corpus = {e.name: e for spec in args.corpus
               for e in load_corpus(spec, min_rows=args.min_rows, max_rows=args.max_rows)}
-    groups = [g for g in groups_from_frame(frame, space=space, matrices=corpus) if len(g.configs) >= 2]
-    return frame, groups
+    skipped = []
+
+    def skip(name, error):
+        logger.warning("left out: %s", error)
+        skipped.append(name)
+
+    groups = [g for g in groups_from_frame(frame, space=space, matrices=corpus,
+                                           on_mismatch=skip if args.skip_mismatched else None)
+              if len(g.configs) >= 2]
+    if skipped:
+        logger.warning("%d matrices build differently on this machine than where they were timed; left out: %s",
+                       len(skipped), ", ".join(skipped))
+    return frame, groups, skipped
 
 
 def data_threads(frame) -> list[int]:
@@ -182,7 +193,8 @@ def matrices_fact(frame, corpora: dict[str, set[str]]) -> str:
                                                       for spec, members in corpora.items())
 
 
-def card_text(args, frame, split, results, model, seconds, platform: str, corpora: dict[str, set[str]]) -> str:
+def card_text(args, frame, split, results, model, seconds, platform: str, corpora: dict[str, set[str]],
+              left_out: list[str] = ()) -> str:
     feats = sorted(int(f) for f in frame["feat"].unique())
     train = model.config.train
     metric = f"val_{train.select_metric}"
@@ -207,6 +219,9 @@ def card_text(args, frame, split, results, model, seconds, platform: str, corpor
         f"Training: {start}{loss}, featurizer trained end to end, {args.epochs} epochs max,\n"
         f"  lr {args.lr}; validation {train.select_metric.replace('_', ' ')} picked epoch {best_epoch.get('epoch')}\n"
         f"  ({best_epoch.get(metric, float('nan')):.3f}). {seconds:.0f} s on this machine."]
+    if left_out:
+        facts.append(f"Left out (`--skip-mismatched`): {len(left_out)} matrices that build differently on this "
+                     f"machine than where they were timed: {', '.join(left_out)}.")
     return model_card(title=f"cognate-tvm pre-trained CPU cost model: {args.op} ({platform})", facts=facts,
                       table=markdown(results, "all"), command=command,
                       table_heading="Test split (unseen matrices; each method picks among the configs measured on "
@@ -241,12 +256,16 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/pretrain"))
     parser.add_argument("--fixed-only", action="store_true",
                         help="only compute the train split's best fixed configs for the model at --ship, and save it")
+    parser.add_argument("--skip-mismatched", action="store_true",
+                        help="leave out the matrices that build differently on this machine than where the data "
+                             "was timed (a reverse Cuthill-McKee numbering follows numpy's CPU-dependent sort), "
+                             "listing them in the report, instead of stopping")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     setup_logging()
     torch.set_num_threads(args.threads)
     space = create_space("cpu", args.op)
-    frame, groups = load_groups(args, space)
+    frame, groups, skipped = load_groups(args, space)
     corpora = {spec: [e.name for e in load_corpus(spec, min_rows=args.min_rows, max_rows=args.max_rows)]
                for spec in args.corpus}
     parts = [split_by_matrix(names, seed=args.split_seed) for names in corpora.values()]
@@ -273,11 +292,13 @@ def main(argv=None) -> int:
     results_val = evaluate_all(methods, val, space, by_corpus)
     ship = args.ship or pretrained_path(args.op, platform)
     model.save(ship)
-    (ship / CARD_FILE).write_text(card_text(args, frame, split, results, model, seconds, platform, by_corpus))
+    (ship / CARD_FILE).write_text(card_text(args, frame, split, results, model, seconds, platform, by_corpus,
+                                                  skipped))
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"op": args.op, "split": {"train": split[0], "validation": split[1], "test": split[2]},
               "test": results, "validation": results_val, "history": model.history, "train_seconds": seconds,
-              "best_fixed_config": others["best_fixed"].best(), "measurements": int(len(frame))}
+              "best_fixed_config": others["best_fixed"].best(), "measurements": int(len(frame)),
+              "left_out_mismatched": skipped}
     (args.out / f"pretrain_{args.op}.json").write_text(json.dumps(report, indent=1, default=float))
     table = "\n\n".join(f"### {subset}\n\n{markdown(results, subset)}" for subset in results["cognate"])
     (args.out / f"pretrain_{args.op}.md").write_text(table + "\n")

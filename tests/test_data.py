@@ -81,6 +81,14 @@ def test_groups_from_frame(tmp_path):
     changed = dict(mats, m150=generate("banded", 150, seed=7))
     with pytest.raises(DatasetMismatchError, match="'m150'.*collect it again"):
         groups_from_frame(frame, space=space, matrices=changed)
+    # or, when the caller asks, left out and reported: every other matrix's groups are unchanged
+    reported = []
+    kept = groups_from_frame(frame, space=space, matrices=changed,
+                             on_mismatch=lambda name, error: reported.append((name, type(error))))
+    assert reported == [("m150", DatasetMismatchError)]
+    assert [g.name for g in kept] == [g.name for g in groups if g.name != "m150"]
+    for g, k in zip([g for g in groups if g.name != "m150"], kept):
+        assert k.configs == g.configs and np.array_equal(k.times_ms, g.times_ms)
 
 
 def test_pick_across_sizes_takes_one_per_size_stratum():

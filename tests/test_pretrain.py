@@ -258,3 +258,28 @@ def test_shipped_cpu_models_load_and_rank(op, platform):
     # each keeps the best fixed configs of its training data, configs that tune ranks on its thread count
     fixed = model.fixed_configs(cpu)
     assert len(fixed) == 5 and set(fixed) <= set(cpu.candidates(threads))
+
+
+def test_pretrain_leaves_out_a_matrix_timed_on_another_pattern_only_when_asked(shipped, tmp_path):
+    # a copy of the dataset whose first matrix's recorded pattern hash is another: its timings were taken
+    # on a matrix this machine does not build (a CPU-dependent numbering does that)
+    data = tmp_path / "data"
+    shutil.copytree(shipped / "data", data)
+    stale = sorted(load_frame(data)["matrix"].unique())[0]
+    for table in data.rglob("*.parquet"):
+        part = pd.read_parquet(table)
+        part.loc[part["matrix"] == stale, "matrix_hash"] = "0" * 40
+        part.to_parquet(table, index=False)
+    argv = ["pretrain.py", "--op", "spmm", "--data", str(data), "--corpus", "synthetic:12:3", "--min-rows", "100",
+            "--max-rows", "400", "--epochs", "1", "--init", str(shipped / "models" / "spmm-cpu"),
+            "--ship", str(tmp_path / "model"), "--out", str(tmp_path / "out"), "--quiet"]
+    with pytest.raises(Exception, match=f"{stale!r}.*collect it again"):
+        run_pretrain(argv)
+    assert not (tmp_path / "model").exists()
+    run_pretrain(argv + ["--skip-mismatched"])
+    report = json.loads((tmp_path / "out" / "pretrain_spmm.json").read_text())
+    assert report["left_out_mismatched"] == [stale]
+    assert all(stale not in names for names in report["split"].values())
+    assert sum(len(names) for names in report["split"].values()) == 11
+    card = (tmp_path / "model" / "MODEL_CARD.md").read_text()
+    assert "Left out (`--skip-mismatched`): 1 matrices" in card and stale in card

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from ..errors import ShapeError
+from ..errors import DatasetMismatchError, ShapeError
 from ..space.base import Config, Space
 from .matrices import checked_build
 
@@ -41,21 +41,33 @@ class Group:
 
 
 def groups_from_frame(frame: pd.DataFrame, *, space: Space, matrices: Mapping[str, object],
-                      op: str | None = None, drop_failed: bool = True) -> list[Group]:
+                      op: str | None = None, drop_failed: bool = True,
+                      on_mismatch: Callable[[str, DatasetMismatchError], None] | None = None) -> list[Group]:
     """One Group per (matrix, feat) of `space`'s platform (and `op`), configs parsed by `space`.
 
     `matrices` maps matrix names to CSR matrices (or builders); a name missing from
-    it raises KeyError naming it, and a matrix whose pattern hash differs from the
-    dataset's (the timings were taken on another matrix) raises DatasetMismatchError.
+    it raises KeyError naming it. A matrix whose pattern hash differs from the
+    dataset's (the timings were taken on another matrix) raises DatasetMismatchError,
+    or, with `on_mismatch`, is left out after ``on_mismatch(name, error)`` is called:
+    its timings belong to no matrix this machine builds, so they are never used.
     """
     frame = frame[frame["platform"] == space.platform]
     frame = frame[frame["op"] == (op or space.op.name)]
-    groups, built = [], {}
+    groups, built, mismatched = [], {}, set()
     for (name, feat), part in frame.groupby(["matrix", "feat"], sort=True):
         if name not in matrices:
             raise KeyError(f"matrix {name!r} of the dataset is not in `matrices`")
+        if name in mismatched:
+            continue
         if name not in built:
-            built[name] = checked_build(name, matrices[name], part["matrix_hash"])
+            try:
+                built[name] = checked_build(name, matrices[name], part["matrix_hash"])
+            except DatasetMismatchError as error:
+                if on_mismatch is None:
+                    raise
+                mismatched.add(name)
+                on_mismatch(str(name), error)
+                continue
         group = Group(name=str(name), matrix=built[name], feat=int(feat),
                       configs=tuple(space.config_from_json(c) for c in part["config"]),
                       times_ms=part["time_ms"].to_numpy(dtype=np.float64))

@@ -39,5 +39,6 @@ def checked_build(name: str, item, recorded: pd.Series) -> sp.csr_matrix:
             f"{matrix_hash(matrix)[:12]}) other than the one the dataset timed (hash {sorted(hashes)[0][:12]}): "
             "the corpus changed since the data was collected, or the matrix builds differently on this CPU "
             "(a reverse Cuthill-McKee numbering follows numpy's sort, which depends on the CPU's vector "
-            "extensions); collect it again on this machine")
+            "extensions); collect it again on this machine, or leave it out (`groups_from_frame(on_mismatch=...)`, "
+            "`benchmarks/pretrain.py --skip-mismatched`)")
     return matrix
