@@ -389,12 +389,13 @@ def bf16_row(measurers: dict, cpu_space, candidates: list, best_fp32, *, count: 
     in_bf16 = list(dict.fromkeys([best_fp32, best_sweep]))
     medians = retime_dtypes(measurers, {"float32": [best_fp32], "bfloat16": in_bf16}, rounds)
     fp32_ms = medians[("float32", best_fp32)]
-    timed = {c: medians[("bfloat16", c)] for c in in_bf16 if medians[("bfloat16", c)] is not None}
-    best = min(timed, key=timed.get) if timed else None
-    same = medians[("bfloat16", best_fp32)]
+    bf16_ms = {c: medians[("bfloat16", c)] for c in in_bf16}
+    best = fastest(bf16_ms, in_bf16)
+    best_ms = None if best is None else bf16_ms[best]
+    same = bf16_ms[best_fp32]
     out.update(bf16_sweep_best_config=best_sweep.to_dict(), bf16_config=None if best is None else best.to_dict(),
-               bf16_ms=None if best is None else timed[best], bf16_fp32_ms=fp32_ms, bf16_same_config_ms=same,
-               bf16_speedup=_ratio(fp32_ms, timed.get(best)), bf16_same_config_speedup=_ratio(fp32_ms, same))
+               bf16_ms=best_ms, bf16_fp32_ms=fp32_ms, bf16_same_config_ms=same,
+               bf16_speedup=_ratio(fp32_ms, best_ms), bf16_same_config_speedup=_ratio(fp32_ms, same))
     return out
 
 

@@ -292,8 +292,8 @@ def main(argv=None) -> int:
     results_val = evaluate_all(methods, val, space, by_corpus)
     ship = args.ship or pretrained_path(args.op, platform)
     model.save(ship)
-    (ship / CARD_FILE).write_text(card_text(args, frame, split, results, model, seconds, platform, by_corpus,
-                                                  skipped))
+    card = card_text(args, frame, split, results, model, seconds, platform, by_corpus, left_out=skipped)
+    (ship / CARD_FILE).write_text(card)
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"op": args.op, "split": {"train": split[0], "validation": split[1], "test": split[2]},
               "test": results, "validation": results_val, "history": model.history, "train_seconds": seconds,

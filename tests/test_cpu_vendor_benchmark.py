@@ -191,8 +191,8 @@ def test_benchmark_at_test_size(tmp_path, monkeypatch, shipped):
 
     summary = result["summary"]  # one matrix: every geomean is its value
     assert summary["matrices"] == 1
-    for key in ("sample_best_vs_mkl_prealloc", "best_vs_mkl_prealloc", "tune_vs_mkl_prealloc", "best_floor_fraction", "best_roofline_fraction",
-                "bf16_speedup"):
+    for key in ("sample_best_vs_mkl_prealloc", "best_vs_mkl_prealloc", "tune_vs_mkl_prealloc", "best_floor_fraction",
+                "best_roofline_fraction", "bf16_speedup"):
         if row.get(key) is None:
             assert summary[f"{key}_geomean"] is None
         else:
