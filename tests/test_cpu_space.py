@@ -55,7 +55,6 @@ def test_baseline_is_row_parallel_vectorized_csr(space):
     ({"chunk": 7}, "chunk 7"),
     ({"parallel": False, "balanced": True}, "balanced ranges need"),
     ({"chunk": 4, "balanced": True}, "balanced ranges need"),
-    ({"k_parts": 2, "loop_order": PANEL_ORDERS[6], "balanced": True}, "balanced ranges need"),  # plain CSR only
 ])
 def test_invalid_configs_name_the_rule(space, change, rule):
     fields = space.baseline().to_dict()
@@ -64,6 +63,13 @@ def test_invalid_configs_name_the_rule(space, change, rule):
     with pytest.raises(InvalidConfigError, match=rule):
         space.check(config)
     assert not space.is_valid(config)
+
+
+def test_balanced_ranges_take_column_panels(space):
+    fields = {**space.baseline().to_dict(), "k_parts": 2, "loop_order": PANEL_ORDERS[3], "balanced": True}
+    space.check(CPUConfig(**fields))
+    with pytest.raises(InvalidConfigError, match="balanced ranges need parallel and chunk 0"):
+        space.check(CPUConfig(**{**fields, "chunk": 4}))
 
 
 def test_check_rejects_foreign_config(space):

@@ -14,7 +14,7 @@ from ..space.cpu import CPUConfig
 from .cpu_operands import check_dense_dtype, paired_lanes
 
 # Bumped whenever the generated code changes, so stale cached libraries are not reused.
-GENERATOR_VERSION = 7
+GENERATOR_VERSION = 8
 
 
 class ScriptWriter:
@@ -162,19 +162,31 @@ class _NestGenerator:
         """One contiguous range of row tiles per worker, holding 1/workers of the nonzeros: worker w's range
         starts at the first tile whose first nonzero is at or past w/workers of them (a binary search on
         the row pointers, 32 halvings, enough for any int32 count) and ends where worker w + 1's starts;
-        the last one runs to the end, so trailing empty rows are written too."""
-        workers, units, step = self.workers, self.units, self.tile_i
+        the last one runs to the end, so trailing empty rows are written too.
+
+        With column panels the share counts what the loops around i1 leave to it: inside a panel
+        (k1 opened first) that panel's nonzeros, else every panel's (a sum over the panels' row pointers
+        at each probe)."""
+        workers = self.workers
         self.open(f"for w in T.parallel({workers}):")
         self.w(self.depth, 'edge = T.alloc_buffer((2,), "int32", scope="local")')
         self.w(self.depth, 'span = T.alloc_buffer((2,), "int32", scope="local")')
+        summed = not self.csr and "k1" not in self.order[:self.order.index("i1")]
+        if summed:
+            self.w(self.depth, 'count = T.alloc_buffer((2,), "int64", scope="local")')
+            self._count_before(tiles, slot=1)
         self.open("for e in T.serial(2):")
         self.w(self.depth, "span[0] = 0")
         self.w(self.depth, f"span[1] = {tiles}")
         self.open("for halving in T.serial(32):")
         self.open("if span[0] < span[1]:")
         mid = "T.shift_right(span[0] + span[1], 1)"
-        first = f'T.Cast("int64", indptr[T.min({mid} * {step}, {units})]) * {workers}'
-        self.open(f'if {first} < T.Cast("int64", w + e) * T.Cast("int64", indptr[{units}]):')
+        if summed:
+            self._count_before(mid, slot=0)
+            before, total = "count[0]", "count[1]"
+        else:
+            before, total = self._nonzeros_before(mid), self._nonzeros_before(tiles)
+        self.open(f'if {before} * {workers} < T.Cast("int64", w + e) * {total}:')
         self.w(self.depth, f"span[0] = {mid} + 1")
         self.close(1)
         self.open("else:")
@@ -184,6 +196,25 @@ class _NestGenerator:
         self.close(1)
         self.open("for i1 in T.serial(edge[0], edge[1]):")
         return 2
+
+    def _first_row(self, tile: str) -> str:
+        return f"T.min({tile} * {self.tile_i}, {self.units})"
+
+    def _nonzeros_before(self, tile: str) -> str:
+        """The nonzeros of the rows before row tile `tile`: plain CSR's, or panel k1's."""
+        if self.csr:
+            return f'T.Cast("int64", indptr[{self._first_row(tile)}])'
+        base = f"k1 * ({self.units} + 1)"
+        return f'T.Cast("int64", indptr[{base} + {self._first_row(tile)}] - indptr[{base}])'
+
+    def _count_before(self, tile: str, slot: int) -> None:
+        """count[slot] = the nonzeros of every panel in the rows before row tile `tile`."""
+        base = f"p * ({self.units} + 1)"
+        self.w(self.depth, f"count[{slot}] = T.int64(0)")
+        self.open("for p in T.serial(npanels):")
+        self.w(self.depth, f'count[{slot}] = count[{slot}] + T.Cast("int64", '
+                           f'indptr[{base} + {self._first_row(tile)}] - indptr[{base}])')
+        self.close(1)
 
     def vector_loops(self, body: str, *, size: int | None = None) -> None:
         """The dense tile as (unrolled) chunks of vectorized lanes around `body`."""

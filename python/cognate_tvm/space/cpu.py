@@ -26,12 +26,14 @@ pattern), with A sparse M x K and dense width N (`feat`):
   contiguous row-tile ranges per thread; c > 0: threads take chunks of c row
   tiles round-robin, which balances skewed row lengths).
 - ``block_rows`` (SpMM): register blocks of R rows (see :data:`BLOCK_ROWS`).
-- ``balanced`` (parallel plain CSR with ``chunk`` = 0): each thread takes one
-  contiguous range of row tiles holding an equal share of the nonzeros, cut by a
-  binary search on the row pointers in the kernel, instead of an equal share of
-  the rows. Round-robin does not balance an R-MAT graph, whose first half of rows
+- ``balanced`` (parallel with ``chunk`` = 0): each thread takes one contiguous
+  range of row tiles holding an equal share of the nonzeros, cut by a binary
+  search on the row pointers in the kernel, instead of an equal share of the
+  rows. Round-robin does not balance an R-MAT graph, whose first half of rows
   at every power-of-two scale holds 3/4 of its nonzeros, so chunks of 4 tiles
-  leave one of two threads 3/4 of the work.
+  leave one of two threads 3/4 of the work. With column panels the share is of
+  the panel's nonzeros when the panel loop is outside the row loop, else of all
+  panels' together.
 
 Every config is valid for every dense width: the dense tile is clipped to the
 width rounded up to the vector width, and the dense operands are zero-padded to
@@ -232,8 +234,8 @@ class CPUSpace(Space):
              f"vector {config.vector})"),
             (config.chunk in (CHUNKS if config.parallel else (0,)),
              f"chunk {config.chunk} must be in {CHUNKS} with parallel, else 0"),
-            (not config.balanced or (config.parallel and config.chunk == 0 and config.single_panel),
-             "balanced ranges need parallel, chunk 0 and plain CSR"),
+            (not config.balanced or (config.parallel and config.chunk == 0),
+             "balanced ranges need parallel and chunk 0"),
             (config.block_rows in self.block_rows,
              f"block_rows {config.block_rows} not in {self.block_rows} for {self.op.name}"),
             (config.block_rows == 1 or _blockable(config),
@@ -270,14 +272,19 @@ def _column_options():
 
 def _enumerate(block_rows: tuple[int, ...]):
     """Every valid config in a fixed order: the unblocked ones, then the register-blocked ones, then the
-    balanced twins of the plain-CSR contiguous-range ones (appended, so earlier configs keep their places)."""
+    balanced twins of the plain-CSR contiguous-range ones, then those of the column-panel ones (each group
+    appended after the configs stored before it existed, so those keep their places)."""
     unblocked = list(_unblocked())
     blocked = [dataclasses.replace(config, block_rows=rows) for rows in block_rows[1:] for config in unblocked]
     blocked = [config for config in blocked if _blockable(config)]
     yield from unblocked
     yield from blocked
-    for config in unblocked + blocked:
-        if config.parallel and config.chunk == 0 and config.single_panel:
+    contiguous = [config for config in unblocked + blocked if config.parallel and config.chunk == 0]
+    for config in contiguous:
+        if config.single_panel:
+            yield dataclasses.replace(config, balanced=True)
+    for config in contiguous:
+        if not config.single_panel:
             yield dataclasses.replace(config, balanced=True)
 
 
