@@ -91,10 +91,12 @@ def data_threads(frame) -> list[int]:
     return sorted({int(json.loads(b).get("num_threads") or 1) for b in frame["backend"].unique()})
 
 
-def load_init(args) -> CognateCostModel | None:
+def load_init(args, platform: str) -> CognateCostModel | None:
+    """The --init model: a directory, or 'shipped': the package's model of --op for the data's threads
+    (`platform`, e.g. cpu-2t), not the 1-thread one."""
     if args.init is None:
         return None
-    return load_pretrained(args.op, "cpu") if args.init == "shipped" else CognateCostModel.load(args.init)
+    return load_pretrained(args.op, platform) if args.init == "shipped" else CognateCostModel.load(args.init)
 
 
 def fit_cognate(train, val, space, args, init: CognateCostModel | None) -> CognateCostModel:
@@ -247,7 +249,8 @@ def main(argv=None) -> int:
     parser.add_argument("--hparams", type=Path, default=None,
                         help='JSON of ModelConfig overrides, e.g. {"featurizer.stem_channels": 16}')
     parser.add_argument("--init", default=None,
-                        help="start from a saved model: 'shipped' (the package's CPU model of --op) or a directory")
+                        help="start from a saved model: 'shipped' (the package's CPU model of --op for the data's "
+                             "thread count) or a directory")
     parser.add_argument("--locality", action="store_true",
                         help="the featurizer also reads each matrix's locality_profile (with --init: the init "
                              "model widened, its new inputs starting at zero weight; docs/transfer.md)")
@@ -280,7 +283,7 @@ def main(argv=None) -> int:
     platform = threaded_platform(space.platform, threads[0])
     if args.fixed_only:
         return refresh_fixed(args.ship or pretrained_path(args.op, platform), train, space, threads[0])
-    init = load_init(args)
+    init = load_init(args, platform)
     start = time.perf_counter()
     model = fit_cognate(train, val, space, args, init)
     model.remember_fixed(train, space, among=space.candidates(threads[0]))  # the configs tune ranks there

@@ -1,4 +1,5 @@
 """Pre-training: the best-fixed baseline, benchmarks/pretrain.py end to end, shipped-model loading."""
+import argparse
 import json
 import runpy
 import shutil
@@ -8,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from cognate_tvm import baselines, space
 from cognate_tvm.model.loading import load_shipped_model
@@ -283,3 +285,14 @@ def test_pretrain_leaves_out_a_matrix_timed_on_another_pattern_only_when_asked(s
     assert sum(len(names) for names in report["split"].values()) == 11
     card = (tmp_path / "model" / "MODEL_CARD.md").read_text()
     assert "Left out (`--skip-mismatched`): 1 matrices" in card and stale in card
+
+
+def test_init_shipped_is_the_package_model_of_the_data_thread_count():
+    """--init shipped on 2-thread data starts from spmm-cpu-2t, not the 1-thread model."""
+    load_init = runpy.run_path(str(ROOT / "benchmarks" / "pretrain.py"))["load_init"]
+    init = load_init(argparse.Namespace(init="shipped", op="spmm"), "cpu-2t")
+    expected = load_pretrained("spmm", "cpu-2t").net.state_dict()
+    one_thread = load_pretrained("spmm", "cpu").net.state_dict()
+    got = init.net.state_dict()
+    assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in got)
+    assert any(k not in one_thread or not torch.equal(got[k], one_thread[k]) for k in got)
