@@ -62,6 +62,14 @@ def _panel_twins(op, seed):
     return list(chosen.values())
 
 
+def _wrong_outputs(backend, op, configs) -> list:
+    """(matrix, config, error) of every config whose output differs from scipy's on the edge-case and
+    skewed matrices."""
+    matrices = {name: build() for name, build in SMALL_MATRICES.items()} | _skewed_matrices()
+    return [(name, result.config.to_json(), result.error) for name, matrix in matrices.items()
+            for result in backend.measure(op, matrix, configs, 20, check=True, seed=1) if result.correct is not True]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
 def test_balanced_configs_match_scipy(op, dtype):
@@ -71,12 +79,7 @@ def test_balanced_configs_match_scipy(op, dtype):
     if op.name == "spmm":
         blocked = [c for c in CPUSpace(op).configs() if c.balanced and c.block_rows > 1]
         configs.append(blocked[len(blocked) // 2])
-    matrices = {name: build() for name, build in SMALL_MATRICES.items()} | _skewed_matrices()
-    failures = []
-    for name, matrix in matrices.items():
-        for result in backend.measure(op, matrix, configs, 20, check=True, seed=1):
-            if result.correct is not True:
-                failures.append((name, result.config.to_json(), result.error))
+    failures = _wrong_outputs(backend, op, configs)
     assert not failures, failures[:3]
 
 
@@ -99,12 +102,7 @@ def test_balanced_panel_configs_match_scipy(op):
     backend = LLVMBackend(num_threads=2, cache_dir=None, repeats=1, warmup=0, min_seconds=0.0)
     configs = _panel_twins(op, seed=2)
     assert len(configs) == 2 * len(PANEL_ORDERS)  # every panel order, by count and by width
-    matrices = {name: build() for name, build in SMALL_MATRICES.items()} | _skewed_matrices()
-    failures = []
-    for name, matrix in matrices.items():
-        for result in backend.measure(op, matrix, configs, 20, check=True, seed=1):
-            if result.correct is not True:
-                failures.append((name, result.config.to_json(), result.error))
+    failures = _wrong_outputs(backend, op, configs)
     assert not failures, failures[:3]
 
 
