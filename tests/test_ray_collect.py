@@ -135,7 +135,7 @@ def test_executor_flags_are_checked(cluster, tmp_path, capsys):
     args = CLI_ARGS + ["--corpus", "synthetic:1", "--out", str(tmp_path / "ds")]
     assert main(args + ["--workers", "2"]) == 2
     assert "--ray-address and --workers need --executor ray" in capsys.readouterr().err
-    llvm = ["--target", "llvm"] + args[2:] + ["--pool", "20"]
+    llvm = ["--target", "llvm"] + args[2:] + ["--pool", "24"]
     assert main(llvm + ["--executor", "ray"]) == 2
     assert "--executor ray with --target llvm needs --threads T" in capsys.readouterr().err
     with pytest.raises(ValueError, match="workers must be >= 1"):

@@ -60,7 +60,7 @@ def test_collect_cli_measures_on_the_rpc_device(cluster, tmp_path):
     tracker, _ = cluster
     out = tmp_path / "ds"
     args = ["--target", "llvm", "--op", "spmm", "--corpus", "synthetic:1:3", "--min-rows", "1000",
-            "--max-rows", "1100", "--configs-per-matrix", "2", "--pool", "20", "--feat", "8", "--threads", "1",
+            "--max-rows", "1100", "--configs-per-matrix", "2", "--pool", "24", "--feat", "8", "--threads", "1",
             "--repeats", "1",
             "--check", "--quiet", "--out", str(out)]
     assert collect_main(args + ["--rpc-tracker", tracker, "--rpc-key", KEYS[0]]) == 0

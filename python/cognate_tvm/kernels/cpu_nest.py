@@ -162,11 +162,8 @@ class _NestGenerator:
         """One contiguous range of row tiles per worker, holding 1/workers of the nonzeros: worker w's range
         starts at the first tile whose first nonzero is at or past w/workers of them (a binary search on
         the row pointers, 32 halvings, enough for any int32 count) and ends where worker w + 1's starts;
-        the last one runs to the end, so trailing empty rows are written too.
-
-        With column panels the share counts what the loops around i1 leave to it: inside a panel
-        (k1 opened first) that panel's nonzeros, else every panel's (a sum over the panels' row pointers
-        at each probe)."""
+        the last one runs to the end, so trailing empty rows are written too. With column panels the share
+        is of panel k1's nonzeros inside its loop, else of every panel's (each probe sums their pointers)."""
         workers = self.workers
         self.open(f"for w in T.parallel({workers}):")
         self.w(self.depth, 'edge = T.alloc_buffer((2,), "int32", scope="local")')
@@ -185,7 +182,7 @@ class _NestGenerator:
             self._count_before(mid, slot=0)
             before, total = "count[0]", "count[1]"
         else:
-            before, total = self._nonzeros_before(mid), self._nonzeros_before(tiles)
+            before, total = (self._nonzeros_before(t, None if self.csr else "k1") for t in (mid, tiles))
         self.open(f'if {before} * {workers} < T.Cast("int64", w + e) * {total}:')
         self.w(self.depth, f"span[0] = {mid} + 1")
         self.close(1)
@@ -197,23 +194,19 @@ class _NestGenerator:
         self.open("for i1 in T.serial(edge[0], edge[1]):")
         return 2
 
-    def _first_row(self, tile: str) -> str:
-        return f"T.min({tile} * {self.tile_i}, {self.units})"
-
-    def _nonzeros_before(self, tile: str) -> str:
-        """The nonzeros of the rows before row tile `tile`: plain CSR's, or panel k1's."""
-        if self.csr:
-            return f'T.Cast("int64", indptr[{self._first_row(tile)}])'
-        base = f"k1 * ({self.units} + 1)"
-        return f'T.Cast("int64", indptr[{base} + {self._first_row(tile)}] - indptr[{base}])'
+    def _nonzeros_before(self, tile: str, panel: str | None) -> str:
+        """The nonzeros in the rows before row tile `tile`: of plain CSR, or of column panel `panel`."""
+        row = f"T.min({tile} * {self.tile_i}, {self.units})"
+        if panel is None:
+            return f'T.Cast("int64", indptr[{row}])'
+        base = f"{panel} * ({self.units} + 1)"
+        return f'T.Cast("int64", indptr[{base} + {row}] - indptr[{base}])'
 
     def _count_before(self, tile: str, slot: int) -> None:
         """count[slot] = the nonzeros of every panel in the rows before row tile `tile`."""
-        base = f"p * ({self.units} + 1)"
         self.w(self.depth, f"count[{slot}] = T.int64(0)")
         self.open("for p in T.serial(npanels):")
-        self.w(self.depth, f'count[{slot}] = count[{slot}] + T.Cast("int64", '
-                           f'indptr[{base} + {self._first_row(tile)}] - indptr[{base}])')
+        self.w(self.depth, f"count[{slot}] = count[{slot}] + {self._nonzeros_before(tile, 'p')}")
         self.close(1)
 
     def vector_loops(self, body: str, *, size: int | None = None) -> None:
