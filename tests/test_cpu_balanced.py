@@ -29,7 +29,8 @@ def _skewed_matrices():
 
 
 def _sample(op, count, seed):
-    balanced = [c for c in CPUSpace(op).configs() if c.balanced]
+    """`count` balanced plain-CSR configs (the column-panel ones: `_panel_twins`)."""
+    balanced = [c for c in CPUSpace(op).configs() if c.balanced and c.single_panel]
     picks = np.random.default_rng(seed).choice(len(balanced), count, replace=False)
     return [balanced[i] for i in picks]
 
@@ -83,18 +84,6 @@ def test_balanced_configs_match_scipy(op, dtype):
     assert not failures, failures[:3]
 
 
-def test_balanced_and_contiguous_agree_on_three_threads():
-    """More workers than the two the tests usually run: every row is still written once."""
-    backend = LLVMBackend(num_threads=3, cache_dir=None, repeats=1, warmup=0, min_seconds=0.0)
-    matrix = _skewed_matrices()["heavy_first_rows"]
-    config = _sample("spmm", 1, seed=2)[0]
-    dense = get_op("spmm").make_dense_inputs(matrix, 16, seed=0)
-    balanced = backend.run("spmm", config, matrix, dense)
-    contiguous = backend.run("spmm", dataclasses.replace(config, balanced=False), matrix, dense)
-    np.testing.assert_allclose(balanced, contiguous, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(balanced, matrix @ dense[0], rtol=1e-4, atol=1e-4)
-
-
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
 def test_balanced_panel_configs_match_scipy(op):
     """Every panel order, cut per panel and over all panels, on the usual edge cases and skewed rows."""
@@ -106,16 +95,22 @@ def test_balanced_panel_configs_match_scipy(op):
     assert not failures, failures[:3]
 
 
-@pytest.mark.parametrize("order", [3, 0])  # panels outside the row loop (a share per panel), inside it
-def test_balanced_panels_on_three_threads(order):
+def _panel_config(order):
+    return dataclasses.replace(CPUSpace("spmm").baseline(), k_parts=4, loop_order=PANEL_ORDERS[order], i_tile=2,
+                               balanced=True)
+
+
+# plain CSR; panels outside the row loop (a share per panel); panels inside it (a share of all panels)
+@pytest.mark.parametrize("make", [lambda: _sample("spmm", 1, seed=2)[0], lambda: _panel_config(3),
+                                  lambda: _panel_config(0)], ids=["plain_csr", "per_panel", "all_panels"])
+def test_balanced_and_contiguous_agree_on_three_threads(make):
+    """More workers than the two the tests usually run: every row is still written once."""
+    config = make()
+    CPUSpace("spmm").check(config)
     backend = LLVMBackend(num_threads=3, cache_dir=None, repeats=1, warmup=0, min_seconds=0.0)
     matrix = _skewed_matrices()["heavy_first_rows"]
-    space = CPUSpace("spmm")
-    config = dataclasses.replace(space.baseline(), k_parts=4, loop_order=PANEL_ORDERS[order], i_tile=2,
-                                 balanced=True)
-    space.check(config)
     dense = get_op("spmm").make_dense_inputs(matrix, 16, seed=0)
     balanced = backend.run("spmm", config, matrix, dense)
+    contiguous = backend.run("spmm", dataclasses.replace(config, balanced=False), matrix, dense)
+    np.testing.assert_allclose(balanced, contiguous, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(balanced, matrix @ dense[0], rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(balanced, backend.run("spmm", dataclasses.replace(config, balanced=False), matrix,
-                                                     dense), rtol=1e-6, atol=1e-6)

@@ -280,12 +280,8 @@ def _enumerate(block_rows: tuple[int, ...]):
     yield from unblocked
     yield from blocked
     contiguous = [config for config in unblocked + blocked if config.parallel and config.chunk == 0]
-    for config in contiguous:
-        if config.single_panel:
-            yield dataclasses.replace(config, balanced=True)
-    for config in contiguous:
-        if not config.single_panel:
-            yield dataclasses.replace(config, balanced=True)
+    for config in sorted(contiguous, key=lambda config: not config.single_panel):  # stable: plain CSR first
+        yield dataclasses.replace(config, balanced=True)
 
 
 def _unblocked():
