@@ -10,9 +10,11 @@ threads:
   `MKLLibrary(preallocated=...)`, each timed in a fresh worker process that never loads TVM, in
   `--rounds` rounds (the two alternating), median kept; each output checked against scipy once (after
   two calls into the same C, so an accumulating output fails).
-- the memory-bandwidth floor: the copy bandwidth of this machine on the same threads (``dst.copy_(src)``
-  of two `--bandwidth-mb` (256) MB float32 torch tensors with ``torch.set_num_threads(threads)``, read
-  and write bytes counted: 2 x 256 MB per copy; median of 10 copies, in a worker process, measured
+- the memory-bandwidth floor: the copy bandwidth of this machine on the same threads, the faster of two
+  copies of a `--bandwidth-mb` (256) MB float32 array: torch's ``dst.copy_(src)`` with
+  ``torch.set_num_threads(threads)``, and a TVM kernel that copies with the streaming stores of the
+  `stream` knob (which skip the read of each line written, as the kernels may); read and write bytes
+  counted: 2 x 256 MB per copy; median of 10 copies, each copy in its own worker process, measured
   before and after the matrices; the higher of the two is used), and per matrix
 
       floor_ms = minimal bytes / bandwidth,
@@ -38,7 +40,7 @@ threads:
 - the CPU space (`space.create("cpu", "spmm")`, `backends.create("llvm", num_threads=threads)`): the
   baseline config, and the best of a sample: the baseline and `--sample` (48) candidates
   (`space.candidates(threads)`) drawn with seed `--seed` + 1, plus every candidate that differs from
-  the fastest of those only in the knobs `block_rows` / `balanced` (where the config has them), all
+  the fastest of those only in the knobs `block_rows` / `balanced` / `stream` (where the config has them), all
   measured with ``check=True``, only correct results kept. The `--finalists` (3) fastest of that sweep
   are timed again below and the fastest there is "best of the sample".
 - tune's pick: `cognate_tvm.tuning.tune` as ``python -m cognate_tvm.tune`` runs it by default (the
@@ -55,10 +57,12 @@ threads:
   found" ("best") is the fastest of every config timed there: all are points of the space, and a
   sample of 49 can miss the region that tune's search finds, so best <= tune's pick too.
 - bfloat16 (when the llvm backend takes ``dtype``: a `measure` keyword, or a constructor option): the
-  same sweep with B stored in bfloat16 (float32 accumulation and output), its best and the float32
-  best (the same config in bfloat16 too) timed again beside the float32 best, `--rounds` rounds
-  alternating the dtypes; bf16 / fp32 = float32 best's median / bfloat16 best's median (> 1: bfloat16
-  is faster). Skipped with a note otherwise.
+  same sweep with B stored in bfloat16 (float32 accumulation and output), then `tune` measuring in
+  bfloat16 (where the backend's constructor takes the dtype); the sweep's best, the float32 best (the
+  same config in bfloat16 too) and bfloat16 tune's pick timed again beside the float32 best and float32
+  tune's pick, `--rounds` rounds alternating the dtypes; bf16 / fp32 = float32 best's median / the
+  fastest bfloat16 median (> 1: bfloat16 is faster), tune bf16 / fp32 = float32 tune's pick's median /
+  bfloat16 tune's pick's median. Skipped with a note otherwise.
 
 Ratios to MKL are speedups: MKL (preallocated) ms / kernel ms, > 1 when the kernel is faster.
 Geomeans are over the matrices that have both times.
@@ -122,10 +126,11 @@ MATRICES = {
     "uniform": ("generated", "uniform", 100_000),
 }
 MIN_ROWS = 64  # scaled row counts stop here
-NEW_KNOBS = ("block_rows", "balanced")  # the knobs whose every variant of the sample's best is measured
+NEW_KNOBS = ("block_rows", "balanced", "stream")  # the knobs whose every variant of the sample's best is measured
 FLOOR_DEFINITION = ("floor_ms = minimal bytes / copy bandwidth; minimal bytes = 4 (M + 1) + 8 nnz (A's CSR "
                     "arrays) + 4 K N (B read once) + 4 M N (C written once); copy bandwidth = (read + write "
-                    "bytes) / time of torch dst.copy_(src) of a large float32 array on the same threads. "
+                    "bytes) / time of a copy of a large float32 array on the same threads, the faster of torch "
+                    "dst.copy_(src) and a TVM copy kernel with streaming stores (the kernels' own stores). "
                     "Roofline floor_ms = max(floor_ms, 2 nnz N / GEMM rate), the GEMM rate being torch.mm's "
                     "float32 flops on the same threads")
 KERNELS = {"mkl_prealloc": "MKL, preallocated C", "mkl_alloc": "MKL, allocating C", "baseline": "baseline config",
@@ -198,12 +203,56 @@ def _copy_bandwidth_worker(threads: int, megabytes: int, repeats: int, gemm_size
             "best_gb_per_s": moved / min(seconds) / 1e9, "gemm_size": gemm_size, "gemm_gflops": gemm_gflops}
 
 
+def _stream_copy_source(lanes: int = 16) -> str:
+    """TVMScript of a parallel float32 copy whose stores are the kernels' streaming stores."""
+    from cognate_tvm.kernels.cpu_stream import PRAGMA, store_function_ir, store_statement
+
+    store = store_statement(f"T.address_of(dst[v * {lanes}])", f"src[T.ramp(v * {lanes}, 1, {lanes})]", lanes)
+    return ("@T.prim_func\n"
+            "def main(n: T.int32, src_h: T.handle, dst_h: T.handle):\n"
+            '    T.func_attr({"global_symbol": "main", "tirx.noalias": True})\n'
+            f'    src = T.match_buffer(src_h, (n * {lanes},), "float32")\n'
+            f'    dst = T.match_buffer(dst_h, (n * {lanes},), "float32")\n'
+            f"    with T.attr(0, {PRAGMA!r}, {store_function_ir(lanes)!r}):\n"
+            "        for v in T.parallel(n):\n"
+            f"            {store}\n")
+
+
+def _stream_copy_worker(threads: int, megabytes: int, repeats: int) -> dict:
+    """The streaming-store copy's bandwidth (read + write bytes per second) on `threads` TVM threads."""
+    import os
+
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    import tvm
+
+    from cognate_tvm.kernels.cpu import cpu_target
+
+    copy = tvm.tirx.build(tvm.script.from_source(_stream_copy_source()), target=cpu_target(threads))["main"]
+    src = tvm.runtime.tensor(np.ones(megabytes * (1 << 20) // 4, dtype=np.float32))
+    dst = tvm.runtime.tensor(np.zeros(megabytes * (1 << 20) // 4, dtype=np.float32))
+    vectors = src.shape[0] // 16
+    for _ in range(2):
+        copy(vectors, src, dst)
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        copy(vectors, src, dst)
+        seconds.append(time.perf_counter() - start)
+    return {"stream_copy_gb_per_s": 2 * vectors * 64 / float(np.median(seconds)) / 1e9}
+
+
 def copy_bandwidth(threads: int, megabytes: int = 256, repeats: int = 10, gemm_size: int = 2048) -> dict:
-    """Copy bandwidth and the GEMM rate on `threads` threads, measured in a fresh worker process (no TVM, no
-    MKL there)."""
+    """Copy bandwidth and the GEMM rate on `threads` threads, each measured in a fresh worker process (no
+    MKL there; TVM only in the streaming copy's). ``gb_per_s`` is the faster copy's: torch's
+    (``torch_copy_gb_per_s``) or the streaming one (``stream_copy_gb_per_s``)."""
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        return pool.submit(_copy_bandwidth_worker, threads, megabytes, repeats, gemm_size).result()
+        out = pool.submit(_copy_bandwidth_worker, threads, megabytes, repeats, gemm_size).result()
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        out.update(pool.submit(_stream_copy_worker, threads, megabytes, repeats).result())
+    out["torch_copy_gb_per_s"] = out["gb_per_s"]
+    out["gb_per_s"] = max(out["gb_per_s"], out["stream_copy_gb_per_s"])
+    return out
 
 
 # -- MKL ----------------------------------------------------------------------------------------------------
@@ -375,9 +424,10 @@ def retime_dtypes(measurers: dict, configs: dict, rounds: int) -> dict:
 
 
 def bf16_row(measurers: dict, cpu_space, candidates: list, best_fp32, *, count: int, seed: int,
-             rounds: int, name: str) -> dict:
-    """The bfloat16 sweep (the same sample as float32, and its best's knob variants) and its best and
-    the float32 best in bfloat16 timed again beside the float32 best (`retime_dtypes`)."""
+             rounds: int, name: str, tune_fp32=None, tune_bf16=None) -> dict:
+    """The bfloat16 sweep (the same sample as float32, and its best's knob variants) and its best, the
+    float32 best in bfloat16 and `tune_bf16()`'s pick (tune measuring in bfloat16; when given) timed again
+    beside the float32 best and float32 tune's pick `tune_fp32` (`retime_dtypes`)."""
     results, _ = sweep(measurers["bfloat16"], cpu_space, candidates, count=count, seed=seed,
                        desc=f"{name}: bfloat16")
     good = correct(results)
@@ -386,9 +436,15 @@ def bf16_row(measurers: dict, cpu_space, candidates: list, best_fp32, *, count: 
         out["bf16_note"] = "no bfloat16 config ran correctly"
         return out
     best_sweep = min(good, key=lambda r: r.time_ms).config
-    in_bf16 = list(dict.fromkeys([best_fp32, best_sweep]))
-    medians = retime_dtypes(measurers, {"float32": [best_fp32], "bfloat16": in_bf16}, rounds)
+    tuned = tune_bf16() if tune_bf16 is not None else None
+    in_bf16 = list(dict.fromkeys([best_fp32, best_sweep] + ([tuned] if tuned is not None else [])))
+    in_fp32 = list(dict.fromkeys([best_fp32] + ([tune_fp32] if tune_fp32 is not None else [])))
+    medians = retime_dtypes(measurers, {"float32": in_fp32, "bfloat16": in_bf16}, rounds)
     fp32_ms = medians[("float32", best_fp32)]
+    if tuned is not None and tune_fp32 is not None:
+        tune_ms = {"bf16_tune_ms": medians[("bfloat16", tuned)], "bf16_tune_fp32_ms": medians[("float32", tune_fp32)]}
+        out.update(bf16_tune_config=tuned.to_dict(), **tune_ms,
+                   bf16_tune_speedup=_ratio(tune_ms["bf16_tune_fp32_ms"], tune_ms["bf16_tune_ms"]))
     bf16_ms = {c: medians[("bfloat16", c)] for c in in_bf16}
     best = fastest(bf16_ms, in_bf16)
     best_ms = None if best is None else bf16_ms[best]
@@ -424,7 +480,7 @@ def _ratio(a, b):
 
 
 def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, rates: dict,
-             measurers: dict | None) -> dict:
+             measurers: dict | None, bf16_backend=None) -> dict:
     feat, seed, threads = args.feat, args.seed, args.threads
     row = {"matrix": name, "rows": matrix.shape[0], "cols": matrix.shape[1], "nnz": int(matrix.nnz), "feat": feat,
            "threads": threads}
@@ -444,8 +500,15 @@ def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, r
                sweep_best_config=None if not good else min(good, key=lambda r: r.time_ms).config.to_dict(),
                sweep_best_ms=None if not good else min(r.time_ms for r in good))
 
-    tuned = tuning.tune(SPMM, matrix, backend=backend, feat=feat,
-                        options=tuning.TuneOptions(seed=seed, pretrained_root=args.pretrained_dir, name=name))
+    def tune(on_backend):
+        return tuning.tune(SPMM, matrix, backend=on_backend, feat=feat,
+                           options=tuning.TuneOptions(seed=seed, pretrained_root=args.pretrained_dir, name=name))
+
+    def tune_pick_on(on_backend):
+        chosen = tune(on_backend).chosen
+        return None if chosen is None else chosen.config
+
+    tuned = tune(backend)
     tune_pick = tuned.chosen.config if tuned.chosen is not None else None
     fixed = next(iter(tuning.fixed_candidates(tuned.model, cpu_space, candidates)), None)
     random_pick = random_same_pick(results, sampled, len(tuned.measured), seed + 2)
@@ -467,7 +530,8 @@ def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, r
 
     if measurers is not None and best is not None:
         row.update(bf16_row(measurers, cpu_space, candidates, best, count=args.sample, seed=seed + 1,
-                            rounds=args.rounds, name=name))
+                            rounds=args.rounds, name=name, tune_fp32=tune_pick,
+                            tune_bf16=None if bf16_backend is None else lambda: tune_pick_on(bf16_backend)))
 
     row.update(minimal_bytes=minimal_bytes(matrix, feat), bf16_minimal_bytes=minimal_bytes(matrix, feat, dense_bytes=2))
     set_floor(row, rates["gb_per_s"], rates["gemm_gflops"])
@@ -487,6 +551,7 @@ RATIOS = ("mkl_alloc_vs_mkl_prealloc", "baseline_vs_mkl_prealloc", "sample_best_
           "best_vs_mkl_prealloc", "tune_vs_mkl_prealloc", "fixed_vs_mkl_prealloc", "random_same_vs_mkl_prealloc",
           "bf16_vs_mkl_prealloc", "sample_best_vs_baseline", "best_vs_baseline", "tune_vs_baseline",
           "fixed_vs_baseline", "random_same_vs_baseline", "tune_vs_best", "bf16_speedup", "bf16_same_config_speedup",
+          "bf16_tune_speedup",
           *(f"{k}_floor_fraction" for k in KERNELS), *(f"{k}_roofline_fraction" for k in KERNELS))
 
 
@@ -516,7 +581,9 @@ def markdown(result: dict) -> str:
              f"{result['threads']} threads. Command: `{result['command']}`", "",
              f"Floor: {FLOOR_DEFINITION}. Copy bandwidth on {result['threads']} threads: "
              f"{f(bw['gb_per_s'], 1)} GB/s (before {f(bw['before']['gb_per_s'], 1)}, after "
-             f"{f((bw.get('after') or {}).get('gb_per_s'), 1)}; the higher is used). GEMM rate: "
+             f"{f((bw.get('after') or {}).get('gb_per_s'), 1)}; the higher is used; before: torch "
+             f"{f(bw['before'].get('torch_copy_gb_per_s'), 1)}, streaming "
+             f"{f(bw['before'].get('stream_copy_gb_per_s'), 1)}). GEMM rate: "
              f"{f(bw.get('gemm_gflops'), 0)} GFLOP/s (before {f(bw['before'].get('gemm_gflops'), 0)}, after "
              f"{f((bw.get('after') or {}).get('gemm_gflops'), 0)}; the higher is used).", "",
              "Times in ms, medians of rounds; the baseline, the sample's finalists, tune's pick, the best fixed "
@@ -524,13 +591,14 @@ def markdown(result: dict) -> str:
              f"call per matrix (rounds: {result['rounds']}, order rotated). best of sample: the fastest finalist; "
              "best found: the fastest of every config re-timed (all are points of the space). x MKL: MKL "
              "(preallocated) ms / kernel ms (> 1: faster than MKL). floor: floor ms / best found's ms. bf16 / fp32: "
-             "the float32 best's ms / the bfloat16 best's ms.", ""]
+             "the float32 best's ms / the bfloat16 best's ms; tune bf16 / fp32: tune's pick in float32, ms / tune's "
+             "pick measuring in bfloat16, ms.", ""]
     lines += [f"bfloat16: {result['bf16']}.", ""]
     lines += ["| matrix | nnz | MKL prealloc ms | MKL alloc ms | baseline ms | best of sample ms | best found ms | "
               "tune's pick ms | best fixed ms | random (same) ms | best of sample x MKL prealloc | best found x MKL "
               "prealloc | tune x MKL prealloc | best fixed x MKL prealloc | random (same) x MKL prealloc | best "
-              "found, fraction of floor | bf16 / fp32 |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "found, fraction of floor | bf16 / fp32 | tune bf16 / fp32 |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['matrix']} | {r['nnz']} | {f(r['mkl_prealloc_ms'])} | {f(r['mkl_alloc_ms'])} | "
                      f"{f(r['baseline_ms'])} | {f(r.get('sample_best_ms'))} | {f(r['best_ms'])} | {f(r['tune_ms'])} | "
@@ -538,12 +606,12 @@ def markdown(result: dict) -> str:
                      f"{f(r.get('sample_best_vs_mkl_prealloc'))} | {f(r['best_vs_mkl_prealloc'])} | "
                      f"{f(r['tune_vs_mkl_prealloc'])} | {f(r.get('fixed_vs_mkl_prealloc'))} | "
                      f"{f(r.get('random_same_vs_mkl_prealloc'))} | {f(r['best_floor_fraction'])} | "
-                     f"{f(r.get('bf16_speedup'))} |")
+                     f"{f(r.get('bf16_speedup'))} | {f(r.get('bf16_tune_speedup'))} |")
     g = lambda k: f(summary.get(f"{k}_geomean"))  # noqa: E731
     lines.append(f"| geomean | | | | | | | | | | {g('sample_best_vs_mkl_prealloc')} | {g('best_vs_mkl_prealloc')} | "
                  f"{g('tune_vs_mkl_prealloc')} | "
                  f"{g('fixed_vs_mkl_prealloc')} | {g('random_same_vs_mkl_prealloc')} | "
-                 f"{g('best_floor_fraction')} | {g('bf16_speedup')} |")
+                 f"{g('best_floor_fraction')} | {g('bf16_speedup')} | {g('bf16_tune_speedup')} |")
     lines += ["", "Geomeans over the matrices: "
               f"MKL allocating / preallocated {g('mkl_alloc_vs_mkl_prealloc')}x MKL prealloc's speed; "
               f"baseline {g('baseline_vs_mkl_prealloc')}x, best of sample {g('sample_best_vs_mkl_prealloc')}x, "
@@ -554,7 +622,8 @@ def markdown(result: dict) -> str:
               f"{g('best_vs_baseline')}x, tune {g('tune_vs_baseline')}x, best fixed "
               f"{g('fixed_vs_baseline')}x, random (same) {g('random_same_vs_baseline')}x; tune reaches "
               f"{g('tune_vs_best')} of the best found's speed; bf16 / fp32 {g('bf16_speedup')}x (the float32 best "
-              f"config in bfloat16: {g('bf16_same_config_speedup')}x).", "",
+              f"config in bfloat16: {g('bf16_same_config_speedup')}x; tune measuring in bfloat16 against tune in "
+              f"float32: {g('bf16_tune_speedup')}x).", "",
               "Fraction of the floor (geomean): " + ", ".join(
                   f"{text} {g(f'{k}_floor_fraction')}" for k, text in KERNELS.items()) + ".", "",
               "Fraction of the roofline (geomean; the bfloat16 kernel of its own): " + ", ".join(
@@ -631,7 +700,8 @@ def main(argv=None) -> int:
         log.info("%s: %dx%d, nnz %d", name, *matrix.shape, matrix.nnz)
         measurers = dtype_measurers(backend, support, matrix=matrix, feat=args.feat, seed=args.seed)
         rows.append(evaluate(name, matrix, backend=backend, cpu_space=cpu_space, candidates=candidates, args=args,
-                             rates=result["bandwidth"], measurers=measurers))
+                             rates=result["bandwidth"], measurers=measurers,
+                             bf16_backend=support[1] if support[0] == "backend" else None))
         result["summary"] = summarize(rows)
         (args.out / "results.json").write_text(json.dumps(result, indent=1))
 

@@ -37,6 +37,26 @@ SMALL_MATRICES = {
 }
 
 
+def skewed_matrices() -> dict[str, sp.csr_matrix]:
+    """Matrices whose rows split unevenly: most nonzeros in the first rows, trailing empty rows, no
+    nonzeros at all."""
+    rng = np.random.default_rng(0)
+    heavy_first = sp.random(300, 120, density=0.02, format="csr", random_state=1, dtype=np.float32).tolil()
+    heavy_first[:3, :] = rng.standard_normal((3, 120))  # three dense rows: most of the nonzeros
+    trailing_empty = sp.random(200, 90, density=0.05, format="lil", random_state=2, dtype=np.float32)
+    trailing_empty[150:, :] = 0
+    return {"heavy_first_rows": sp.csr_matrix(heavy_first), "trailing_empty": sp.csr_matrix(trailing_empty),
+            "all_empty": sp.csr_matrix((50, 40), dtype=np.float32)}
+
+
+def wrong_outputs(backend, op, configs) -> list:
+    """(matrix, config, error) of every config whose output differs from scipy's on the edge-case and
+    skewed matrices."""
+    matrices = {name: build() for name, build in SMALL_MATRICES.items()} | skewed_matrices()
+    return [(name, result.config.to_json(), result.error) for name, matrix in matrices.items()
+            for result in backend.measure(op, matrix, configs, 20, check=True, seed=1) if result.correct is not True]
+
+
 @pytest.fixture(params=sorted(SMALL_MATRICES))
 def small_matrix(request) -> sp.csr_matrix:
     """Each of the matrices every kernel must get right."""

@@ -9,23 +9,12 @@ import dataclasses
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 from cognate_tvm.backends.cpu import LLVMBackend
 from cognate_tvm.ops import get_op
 from cognate_tvm.space.cpu import PANEL_ORDERS, CPUSpace
 
-from conftest import SMALL_MATRICES
-
-
-def _skewed_matrices():
-    rng = np.random.default_rng(0)
-    heavy_first = sp.random(300, 120, density=0.02, format="csr", random_state=1, dtype=np.float32).tolil()
-    heavy_first[:3, :] = rng.standard_normal((3, 120))  # three dense rows: most of the nonzeros
-    trailing_empty = sp.random(200, 90, density=0.05, format="lil", random_state=2, dtype=np.float32)
-    trailing_empty[150:, :] = 0
-    return {"heavy_first_rows": sp.csr_matrix(heavy_first), "trailing_empty": sp.csr_matrix(trailing_empty),
-            "all_empty": sp.csr_matrix((50, 40), dtype=np.float32)}
+from conftest import skewed_matrices, wrong_outputs
 
 
 def _sample(op, count, seed):
@@ -37,7 +26,7 @@ def _sample(op, count, seed):
 
 def test_balanced_twins_of_contiguous_configs():
     space = CPUSpace("spmm")
-    configs = space.configs()
+    configs = [c for c in space.configs() if not c.stream]  # the stream twins come after (test_cpu_stream)
     balanced = [c for c in configs if c.balanced]
     contiguous = [c for c in configs if c.parallel and c.chunk == 0 and not c.balanced]
     assert {dataclasses.replace(c, balanced=False) for c in balanced} == set(contiguous)
@@ -63,14 +52,6 @@ def _panel_twins(op, seed):
     return list(chosen.values())
 
 
-def _wrong_outputs(backend, op, configs) -> list:
-    """(matrix, config, error) of every config whose output differs from scipy's on the edge-case and
-    skewed matrices."""
-    matrices = {name: build() for name, build in SMALL_MATRICES.items()} | _skewed_matrices()
-    return [(name, result.config.to_json(), result.error) for name, matrix in matrices.items()
-            for result in backend.measure(op, matrix, configs, 20, check=True, seed=1) if result.correct is not True]
-
-
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
 def test_balanced_configs_match_scipy(op, dtype):
@@ -80,7 +61,7 @@ def test_balanced_configs_match_scipy(op, dtype):
     if op.name == "spmm":
         blocked = [c for c in CPUSpace(op).configs() if c.balanced and c.block_rows > 1]
         configs.append(blocked[len(blocked) // 2])
-    failures = _wrong_outputs(backend, op, configs)
+    failures = wrong_outputs(backend, op, configs)
     assert not failures, failures[:3]
 
 
@@ -91,7 +72,7 @@ def test_balanced_panel_configs_match_scipy(op):
     backend = LLVMBackend(num_threads=2, cache_dir=None, repeats=1, warmup=0, min_seconds=0.0)
     configs = _panel_twins(op, seed=2)
     assert len(configs) == 2 * len(PANEL_ORDERS)  # every panel order, by count and by width
-    failures = _wrong_outputs(backend, op, configs)
+    failures = wrong_outputs(backend, op, configs)
     assert not failures, failures[:3]
 
 
@@ -108,7 +89,7 @@ def test_balanced_and_contiguous_agree_on_three_threads(make):
     config = make()
     CPUSpace("spmm").check(config)
     backend = LLVMBackend(num_threads=3, cache_dir=None, repeats=1, warmup=0, min_seconds=0.0)
-    matrix = _skewed_matrices()["heavy_first_rows"]
+    matrix = skewed_matrices()["heavy_first_rows"]
     dense = get_op("spmm").make_dense_inputs(matrix, 16, seed=0)
     balanced = backend.run("spmm", config, matrix, dense)
     contiguous = backend.run("spmm", dataclasses.replace(config, balanced=False), matrix, dense)

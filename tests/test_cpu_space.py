@@ -104,9 +104,9 @@ def test_platform_knobs(space):
     knobs = space.knob_matrix()
     assert knobs.shape == (len(space), len(space.knob_names)) and knobs.dtype == np.float32
     base = space.platform_knobs(space.baseline())
-    # log2(16) lanes, no unroll, parallel, contiguous, one row per block, ranges of equal rows
-    assert base.tolist() == [4.0, 0.0, 1.0, 0.0, 0.0, 0.0]
-    assert space.platform_knobs(dataclasses.replace(space.baseline(), balanced=True))[-1] == 1.0
+    # log2(16) lanes, no unroll, parallel, contiguous, one row per block, ranges of equal rows, ordinary stores
+    assert base.tolist() == [4.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert space.platform_knobs(dataclasses.replace(space.baseline(), balanced=True))[-2] == 1.0
     assert len(np.unique(knobs, axis=0)) > 4
 
 

@@ -142,6 +142,10 @@ def test_benchmark_at_test_size(tmp_path, monkeypatch, shipped):
     bandwidth = result["bandwidth"]
     assert bandwidth["gb_per_s"] == max(bandwidth["before"]["gb_per_s"], bandwidth["after"]["gb_per_s"]) > 0
     assert bandwidth["before"]["bytes_per_copy"] == 2 * 16 * (1 << 20)
+    # the faster of torch's copy and the streaming-store copy
+    before = bandwidth["before"]
+    assert before["gb_per_s"] == max(before["torch_copy_gb_per_s"], before["stream_copy_gb_per_s"])
+    assert before["stream_copy_gb_per_s"] > 0 and "streaming stores" in result["floor_definition"]
     assert bandwidth["gemm_gflops"] == max(bandwidth["before"]["gemm_gflops"], bandwidth["after"]["gemm_gflops"]) > 0
     assert bandwidth["before"]["gemm_size"] == 256
 
@@ -183,6 +187,9 @@ def test_benchmark_at_test_size(tmp_path, monkeypatch, shipped):
     assert row["best_vs_baseline"] == pytest.approx(row["baseline_ms"] / row["best_ms"]) and row["best_vs_baseline"] >= 1
     if row.get("bf16_ms") is not None:  # the llvm backend takes a dtype
         assert row["bf16_speedup"] == pytest.approx(row["bf16_fp32_ms"] / row["bf16_ms"])
+        # tune measuring in bfloat16: its pick re-timed beside float32 tune's, and one of the bfloat16 candidates
+        assert row["bf16_tune_speedup"] == pytest.approx(row["bf16_tune_fp32_ms"] / row["bf16_tune_ms"])
+        assert row["bf16_ms"] <= row["bf16_tune_ms"] and row["bf16_tune_config"]
         assert row["bf16_floor_fraction"] == pytest.approx(row["floor_ms"] / row["bf16_ms"])
         assert row["bf16_roofline_fraction"] == pytest.approx(
             max(row["bf16_floor_ms"], row["compute_floor_ms"]) / row["bf16_ms"])
@@ -201,3 +208,27 @@ def test_benchmark_at_test_size(tmp_path, monkeypatch, shipped):
     assert "| rmat | " in table and "| geomean |" in table and "Fraction of the roofline" in table and "MKL prealloc ms" in table and "bf16 / fp32" in table
     assert "best of sample ms | best found ms" in table
     assert (out / "cpu_vendor.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_stream_benchmark_at_test_size(tmp_path, monkeypatch):
+    """benchmarks/cpu_stream.py: each config beside its stream twin, both checked, in both dtypes; with a
+    cpu_vendor results.json its best found joins where the space has its stream twin."""
+    import cpu_stream
+
+    best = dataclasses.replace(cpu_stream.REGISTER_ROWS, i_tile=8, j_tile=64)
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"rows": [{"matrix": "rmat", "best_config": best.to_dict(),
+                                             "tune_config": space.create("cpu", "spmm").baseline().to_dict()}]}))
+    out = tmp_path / "out"
+    argv = ["--scale", "0.005", "--matrices", "rmat", "--rounds", "2", "--feat", "32", "--results", str(results),
+            "--out", str(out)]
+    assert cpu_stream.main(argv) == 0
+    result = json.loads((out / "results.json").read_text())
+    labels = {(r["config_label"], r["dtype"]) for r in result["rows"]}
+    # the baseline (tune's pick here) updates C per nonzero: it has no stream twin and is left out
+    assert labels == {(label, dtype) for label in ("register rows", "register blocks", "best found")
+                      for dtype in cpu_stream.DTYPES}
+    for row in result["rows"]:
+        assert not row["errors"] and row["stream_speedup"] == pytest.approx(row["plain_ms"] / row["stream_ms"])
+    assert "| rmat | best found | bfloat16 |" in (out / "summary.md").read_text()
+    assert (out / "cpu_stream.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -8,7 +8,8 @@ builds it with LLVM. The sparse matrix is not part of the kernel: its
 kernel serves every matrix, and :class:`~cognate_tvm.kernels.cache.KernelCache`
 keeps it in memory and on disk.
 
-The nest itself is written by :mod:`cognate_tvm.kernels.cpu_nest`.
+The nest itself is written by :mod:`cognate_tvm.kernels.cpu_nest` (balanced row ranges:
+:mod:`~cognate_tvm.kernels.cpu_ranges`; streaming output stores: :mod:`~cognate_tvm.kernels.cpu_stream`).
 
 Kernel arguments and the sparse layouts they hold: :mod:`cognate_tvm.kernels.cpu_operands`.
 

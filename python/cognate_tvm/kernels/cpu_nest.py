@@ -12,6 +12,8 @@ from __future__ import annotations
 from ..ops import Op, get_op
 from ..space.cpu import CPUConfig
 from .cpu_operands import check_dense_dtype, paired_lanes
+from .cpu_ranges import BalancedRanges
+from .cpu_stream import PRAGMA, store_function_ir, store_statement
 
 # Bumped whenever the generated code changes, so stale cached libraries are not reused.
 GENERATOR_VERSION = 8
@@ -30,7 +32,7 @@ class ScriptWriter:
         return "\n".join(self.lines) + "\n"
 
 
-class _NestGenerator:
+class _NestGenerator(BalancedRanges):
     """Writes the TVMScript of one (op, config, feat) kernel; see module docstring."""
 
     def __init__(self, op: Op, config: CPUConfig, feat: int, workers: int, dtype: str = "float32"):
@@ -125,7 +127,7 @@ class _NestGenerator:
         tiles = f"T.ceildiv({self.units}, {self.tile_i})"
         if name == "i1":
             if self.config.parallel and self.config.balanced:
-                return self._open_balanced(tiles)
+                return self.open_balanced(tiles)
             if self.config.parallel and self.config.chunk:
                 step = self.workers * self.config.chunk
                 self.open(f"for w in T.parallel({self.workers}):")
@@ -157,57 +159,6 @@ class _NestGenerator:
             self.open(f"for j0 in T.serial({self.tile_j}):")
             return 1
         raise AssertionError(name)
-
-    def _open_balanced(self, tiles: str) -> int:
-        """One contiguous range of row tiles per worker, holding 1/workers of the nonzeros: worker w's range
-        starts at the first tile whose first nonzero is at or past w/workers of them (a binary search on
-        the row pointers, 32 halvings, enough for any int32 count) and ends where worker w + 1's starts;
-        the last one runs to the end, so trailing empty rows are written too. With column panels the share
-        is of panel k1's nonzeros inside its loop, else of every panel's (each probe sums their pointers)."""
-        workers = self.workers
-        self.open(f"for w in T.parallel({workers}):")
-        self.w(self.depth, 'edge = T.alloc_buffer((2,), "int32", scope="local")')
-        self.w(self.depth, 'span = T.alloc_buffer((2,), "int32", scope="local")')
-        summed = not self.csr and "k1" not in self.order[:self.order.index("i1")]
-        if summed:
-            self.w(self.depth, 'count = T.alloc_buffer((2,), "int64", scope="local")')
-            self._count_before(tiles, slot=1)
-        self.open("for e in T.serial(2):")
-        self.w(self.depth, "span[0] = 0")
-        self.w(self.depth, f"span[1] = {tiles}")
-        self.open("for halving in T.serial(32):")
-        self.open("if span[0] < span[1]:")
-        mid = "T.shift_right(span[0] + span[1], 1)"
-        if summed:
-            self._count_before(mid, slot=0)
-            before, total = "count[0]", "count[1]"
-        else:
-            before, total = (self._nonzeros_before(t, None if self.csr else "k1") for t in (mid, tiles))
-        self.open(f'if {before} * {workers} < T.Cast("int64", w + e) * {total}:')
-        self.w(self.depth, f"span[0] = {mid} + 1")
-        self.close(1)
-        self.open("else:")
-        self.w(self.depth, f"span[1] = {mid}")
-        self.close(3)
-        self.w(self.depth, f"edge[e] = T.if_then_else(w + e == {workers}, {tiles}, span[0])")
-        self.close(1)
-        self.open("for i1 in T.serial(edge[0], edge[1]):")
-        return 2
-
-    def _nonzeros_before(self, tile: str, panel: str | None) -> str:
-        """The nonzeros in the rows before row tile `tile`: of plain CSR, or of column panel `panel`."""
-        row = f"T.min({tile} * {self.tile_i}, {self.units})"
-        if panel is None:
-            return f'T.Cast("int64", indptr[{row}])'
-        base = f"{panel} * ({self.units} + 1)"
-        return f'T.Cast("int64", indptr[{base} + {row}] - indptr[{base}])'
-
-    def _count_before(self, tile: str, slot: int) -> None:
-        """count[slot] = the nonzeros of every panel in the rows before row tile `tile`."""
-        self.w(self.depth, f"count[{slot}] = T.int64(0)")
-        self.open("for p in T.serial(npanels):")
-        self.w(self.depth, f"count[{slot}] = count[{slot}] + {self._nonzeros_before(tile, 'p')}")
-        self.close(1)
 
     def vector_loops(self, body: str, *, size: int | None = None) -> None:
         """The dense tile as (unrolled) chunks of vectorized lanes around `body`."""
@@ -245,6 +196,8 @@ class _NestGenerator:
         else:
             w(1, f'B = T.match_buffer(b_h, (ncols, {self.dense_shape()}), "{self.dense_dtype()}")')
             w(1, f'C = T.match_buffer(out_h, (m, {self.width}), "float32")')
+        if self.config.stream:  # the body inside the attribute that links the store function
+            self.open(f"with T.attr(0, {PRAGMA!r}, {store_function_ir(self.lanes)!r}):")
         (self._sddmm if self.sddmm else self._spmm)()
         return w.text()
 
@@ -296,9 +249,25 @@ class _NestGenerator:
         self._nest(start, len(self.order) - 1, lambda: self.dense_loops(lambda jo, half: (
             f"acc[{self.lane(jo)}] = acc[{self.lane(jo)}] + vals[{self.nz()}] * "
             f"{self.dense_read('B', f'indices[{self.nz()}]', jo, half)}")))
+        if store == "=":
+            self.store_output(self.row())
+            return
         out = f"C[{self.row()}, {self.col(True)}]"
-        value = f"acc[{self.lane()}]" if store == "=" else f"{out} + acc[{self.lane()}]"
-        self.vector_loops(f"{out} = {value}")
+        self.vector_loops(f"{out} = {out} + acc[{self.lane()}]")
+
+    def store_output(self, row: str, first: str = "") -> None:
+        """C[row, dense tile] = acc[first + lane] for every lane: vector stores, or with `config.stream`
+        one streaming store per vector chunk (:mod:`cognate_tvm.kernels.cpu_stream`)."""
+        if not self.config.stream:
+            self.vector_loops(f"C[{row}, {self.col(True)}] = acc[{first}{self.lane()}]")
+            return
+        chunks = self.chunks()
+        if chunks > 1:
+            self.open(f"for jo in T.{'unroll' if self.config.unroll else 'serial'}({chunks}):")
+        lane = "jo * " + str(self.lanes) if chunks > 1 else "0"
+        address = f"T.address_of(C[{row}, {self.j1()} * {self.tile_j} + {lane}])"
+        self.w(self.depth, store_statement(address, f"acc[T.ramp({first}{lane}, 1, {self.lanes})]", self.lanes))
+        self.close(1 if chunks > 1 else 0)
 
     def _spmm_blocked(self) -> None:
         """A register block of `block` rows: each slot's B row is loaded once and feeds every row's
@@ -330,7 +299,7 @@ class _NestGenerator:
         row = f"{self.row()} * {rows} + rr"
         self.open(f"for rr in T.unroll({rows}):")
         self.open(f"if {row} < m:")
-        self.vector_loops(f"C[{row}, {self.col(True)}] = acc[{lane}]")
+        self.store_output(row, f"rr * {tile} + ")
         self.close(2)
 
     def _spmm_scalar(self) -> None:

@@ -34,6 +34,13 @@ pattern), with A sparse M x K and dense width N (`feat`):
   leave one of two threads 3/4 of the work. With column panels the share is of
   the panel's nonzeros when the panel loop is outside the row loop, else of all
   panels' together.
+- ``stream`` (SpMM): store the output with streaming (non-temporal) stores, which
+  skip the read of each output line that an ordinary store makes first. Only
+  where the kernel writes each output row once from register accumulators (the
+  register-accumulator orders over all panels, and register blocks) in dense
+  tiles of at least :data:`STREAM_MIN_TILE` floats (a 64-byte line, so the
+  stores fill whole lines). It pays when C does not stay in the cache and costs
+  when the caller reads C next while it would have: the matrix decides.
 
 Every config is valid for every dense width: the dense tile is clipped to the
 width rounded up to the vector width, and the dense operands are zero-padded to
@@ -74,6 +81,9 @@ BLOCK_ROWS = (1, 2, 4)       # rows per register block (SpMM)
 # Accumulator lanes of a register block (block_rows * j_tile): 256 float32 lanes are 16 zmm
 # registers, half the AVX-512 file, leaving room for the B row and the values.
 MAX_BLOCK_LANES = 256
+# Streaming stores need dense tiles of whole 64-byte lines: a partly written line leaves the CPU's
+# write-combining buffer as partial writes, slower than ordinary stores.
+STREAM_MIN_TILE = 16
 
 # Loop orders over (i1, k1, j1, i0, k0, j0), outermost first. All keep i1 < i0 < k0,
 # k1 < k0 (the nonzeros of row i in panel k1) and j1 < j0.
@@ -129,19 +139,20 @@ class CPUConfig(Config):
     chunk: int
     block_rows: int = 1
     balanced: bool = False
+    stream: bool = False
 
     @classmethod
     def from_dict(cls, data: dict) -> "CPUConfig":
-        """Also takes the dicts of configs stored before `block_rows` and `balanced` existed (1: unblocked;
-        False: ranges of equal row counts)."""
+        """Also takes the dicts of configs stored before `block_rows`, `balanced` and `stream` existed (1:
+        unblocked; False: ranges of equal row counts; False: ordinary stores)."""
         defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
         return super().from_dict({**defaults, **data})
 
     def to_dict(self) -> dict:
-        """A config without register blocks or balanced ranges keeps the form it had before those knobs
-        existed (same JSON, same dataset keys)."""
+        """A config without register blocks, balanced ranges or streaming stores keeps the form it had before
+        those knobs existed (same JSON, same dataset keys)."""
         data = super().to_dict()
-        for name, default in (("block_rows", 1), ("balanced", False)):
+        for name, default in (("block_rows", 1), ("balanced", False), ("stream", False)):
             if data[name] == default:
                 del data[name]
         return data
@@ -174,20 +185,22 @@ class CPUSpace(Space):
 
     platform = "cpu"
     config_type = CPUConfig
-    # block_rows and balanced were appended after the shipped models were trained: they rank such a
-    # config like its twin without them
+    # block_rows, balanced and stream were appended after some shipped models were trained: they rank
+    # such a config like its twin without them
     min_knobs = 4
-    # One knob vector for both ops, so that a model reads either op's configs: SDDMM's block_rows is 1.
-    knob_names = ("log2_vector", "unroll", "parallel", "chunk", "log2_block_rows", "balanced")
+    # One knob vector for both ops, so that a model reads either op's configs: SDDMM's block_rows is 1
+    # and its stream False.
+    knob_names = ("log2_vector", "unroll", "parallel", "chunk", "log2_block_rows", "balanced", "stream")
 
     def __init__(self, op: str | Op):
         super().__init__(op)
         self._configs: list[CPUConfig] | None = None
         self.block_rows = BLOCK_ROWS if self.op.name == "spmm" else (1,)
+        self.streams = (False, True) if self.op.name == "spmm" else (False,)
 
     def configs(self) -> list[CPUConfig]:
         if self._configs is None:
-            self._configs = list(_enumerate(self.block_rows))
+            self._configs = list(_enumerate(self.block_rows, self.streams))
         return list(self._configs)
 
     def candidates(self, threads: int | None = None) -> list[CPUConfig]:
@@ -241,6 +254,11 @@ class CPUSpace(Space):
             (config.block_rows == 1 or _blockable(config),
              f"block_rows {config.block_rows} needs plain CSR, loop order {BLOCKED_ORDER}, a vector width "
              f"and block_rows * j_tile <= {MAX_BLOCK_LANES}"),
+            (config.stream in self.streams, f"stream {config.stream} not in {self.streams} for {self.op.name}"),
+            (not config.stream or _streamable(config),
+             "stream needs a loop order that writes each output row once from register accumulators "
+             f"(j0 innermost after the sparse loops, all column panels inside them) and j_tile >= "
+             f"{STREAM_MIN_TILE}"),
         ]
         for ok, message in rules:
             if not ok:
@@ -255,7 +273,8 @@ class CPUSpace(Space):
 
     def platform_knobs(self, config: CPUConfig) -> np.ndarray:
         return np.array([math.log2(config.vector), float(config.unroll), float(config.parallel),
-                         float(config.chunk), math.log2(config.block_rows), float(config.balanced)],
+                         float(config.chunk), math.log2(config.block_rows), float(config.balanced),
+                         float(config.stream)],
                         dtype=np.float32)
 
 
@@ -265,23 +284,48 @@ def _blockable(config: CPUConfig) -> bool:
             and config.vector > 1 and config.j_tile * config.block_rows <= MAX_BLOCK_LANES)
 
 
+def writes_output_once(config: CPUConfig) -> bool:
+    """Whether `config`'s SpMM nest stores each output element once, from a register accumulator that
+    spans all its nonzeros: register blocks, or j0 innermost after a run of sparse loops (k0, and k1 with
+    column panels) that holds every panel (the nest generator's register-accumulator case)."""
+    if config.block_rows > 1:
+        return True
+    order = [name for name in config.loop_order if not (config.single_panel and name == "k1")]
+    if order[-2:] != ["k0", "j0"]:
+        return False
+    start = len(order) - 2
+    while start > 0 and order[start - 1] in ("k1", "k0"):
+        start -= 1
+    return config.single_panel or "k1" in order[start:]
+
+
+def _streamable(config: CPUConfig) -> bool:
+    return writes_output_once(config) and config.j_tile >= STREAM_MIN_TILE
+
+
 def _column_options():
     """(k_panel, k_parts) pairs: plain CSR, panels by width, panels by count."""
     return [(0, parts) for parts in K_PARTS] + [(width, 1) for width in K_PANELS if width]
 
 
-def _enumerate(block_rows: tuple[int, ...]):
+def _enumerate(block_rows: tuple[int, ...], streams: tuple[bool, ...]):
     """Every valid config in a fixed order: the unblocked ones, then the register-blocked ones, then the
-    balanced twins of the plain-CSR contiguous-range ones, then those of the column-panel ones (each group
-    appended after the configs stored before it existed, so those keep their places)."""
+    balanced twins of the plain-CSR contiguous-range ones, then those of the column-panel ones, then the
+    streaming-store twins of all those that allow it (each group appended after the configs stored before
+    it existed, so those keep their places)."""
     unblocked = list(_unblocked())
     blocked = [dataclasses.replace(config, block_rows=rows) for rows in block_rows[1:] for config in unblocked]
     blocked = [config for config in blocked if _blockable(config)]
     yield from unblocked
     yield from blocked
     contiguous = [config for config in unblocked + blocked if config.parallel and config.chunk == 0]
-    for config in sorted(contiguous, key=lambda config: not config.single_panel):  # stable: plain CSR first
-        yield dataclasses.replace(config, balanced=True)
+    balanced = [dataclasses.replace(config, balanced=True)
+                # stable: plain CSR first
+                for config in sorted(contiguous, key=lambda config: not config.single_panel)]
+    yield from balanced
+    if True in streams:
+        yield from (dataclasses.replace(config, stream=True)
+                    for config in unblocked + blocked + balanced if _streamable(config))
 
 
 def _unblocked():
