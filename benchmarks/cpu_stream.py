@@ -12,10 +12,10 @@ on `--threads` threads, in float32 and bfloat16 B. The configs, per matrix:
 - with ``--results`` (a cpu_vendor results.json): that run's best found and tune's pick for the
   matrix, where their order allows streaming stores (their twin without it otherwise).
 
-Each config and its twin with the other `stream` value are timed side by side
-(`backends.base.measure_side_by_side`, `--rounds` rounds, order rotated, outputs checked in the first
-round); stream / plain is the twin without streaming stores' median over the one with them (> 1:
-streaming stores are faster). Results: results.json, summary.md and cpu_stream.png in `--out`.
+Each config and its twin with the other `stream` value are timed side by side (`cpu_vendor.retime`:
+`--rounds` rounds, order rotated, outputs checked in the first round); stream / plain is the twin without
+streaming stores' median over the one with them (> 1: streaming stores are faster). Results: results.json,
+summary.md and cpu_stream.png in `--out`.
 """
 from __future__ import annotations
 
@@ -30,12 +30,11 @@ import numpy as np
 from tqdm import tqdm
 
 from cognate_tvm import backends
-from cognate_tvm.backends.base import measure_side_by_side
 from cognate_tvm.errors import InvalidConfigError
 from cognate_tvm.metrics import geomean
 from cognate_tvm.space.cpu import PANEL_ORDERS, CPUConfig, CPUSpace
 from common import figure, setup_logging
-from cpu_vendor import MATRICES, SEED, build_matrix
+from cpu_vendor import MATRICES, SEED, build_matrix, retime
 
 REGISTER_ROWS = CPUConfig(i_tile=256, k_panel=0, k_parts=1, j_tile=128, loop_order=PANEL_ORDERS[0], vector=16,
                           unroll=True, parallel=True, chunk=0, balanced=True)
@@ -62,17 +61,13 @@ def configs_for(matrix_name: str, results: dict | None, space: CPUSpace) -> dict
 
 
 def compare(backend, matrix, plain: CPUConfig, *, feat: int, rounds: int) -> dict:
-    """Medians of `plain` and its stream twin timed side by side, and whether both matched scipy."""
+    """Medians of `plain` and its stream twin timed side by side (`cpu_vendor.retime`: None for a config
+    that failed or whose output differs from scipy's), and the configs that got None."""
     stream = dataclasses.replace(plain, stream=True)
-    timed = measure_side_by_side(backend, "spmm", matrix, [plain, stream], feat, rounds=rounds, check_first=True)
-    first = timed[0]
-    medians = {}
-    for config in (plain, stream):
-        times = [r[config].time_ms for r in timed if r[config].ok]
-        medians[config] = float(np.median(times)) if times and first[config].correct else None
+    medians = retime(backend, matrix, [plain, stream], feat=feat, seed=0, rounds=rounds)
     ratio = None if None in medians.values() else medians[plain] / medians[stream]
     return {"plain_ms": medians[plain], "stream_ms": medians[stream], "stream_speedup": ratio,
-            "errors": [first[c].error for c in (plain, stream) if first[c].error]}
+            "errors": [c.to_json() for c, ms in medians.items() if ms is None]}
 
 
 def run(args) -> dict:

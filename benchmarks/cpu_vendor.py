@@ -203,7 +203,10 @@ def _copy_bandwidth_worker(threads: int, megabytes: int, repeats: int, gemm_size
             "best_gb_per_s": moved / min(seconds) / 1e9, "gemm_size": gemm_size, "gemm_gflops": gemm_gflops}
 
 
-def _stream_copy_source(lanes: int = 16) -> str:
+STREAM_COPY_LANES = 16  # float32 lanes per streaming store of the copy (one 64-byte line)
+
+
+def _stream_copy_source(lanes: int = STREAM_COPY_LANES) -> str:
     """TVMScript of a parallel float32 copy whose stores are the kernels' streaming stores."""
     from cognate_tvm.kernels.cpu_stream import PRAGMA, store_function_ir, store_statement
 
@@ -230,7 +233,7 @@ def _stream_copy_worker(threads: int, megabytes: int, repeats: int) -> dict:
     copy = tvm.tirx.build(tvm.script.from_source(_stream_copy_source()), target=cpu_target(threads))["main"]
     src = tvm.runtime.tensor(np.ones(megabytes * (1 << 20) // 4, dtype=np.float32))
     dst = tvm.runtime.tensor(np.zeros(megabytes * (1 << 20) // 4, dtype=np.float32))
-    vectors = src.shape[0] // 16
+    vectors = src.shape[0] // STREAM_COPY_LANES
     for _ in range(2):
         copy(vectors, src, dst)
     seconds = []
@@ -238,7 +241,7 @@ def _stream_copy_worker(threads: int, megabytes: int, repeats: int) -> dict:
         start = time.perf_counter()
         copy(vectors, src, dst)
         seconds.append(time.perf_counter() - start)
-    return {"stream_copy_gb_per_s": 2 * vectors * 64 / float(np.median(seconds)) / 1e9}
+    return {"stream_copy_gb_per_s": 2 * vectors * STREAM_COPY_LANES * 4 / float(np.median(seconds)) / 1e9}
 
 
 def copy_bandwidth(threads: int, megabytes: int = 256, repeats: int = 10, gemm_size: int = 2048) -> dict:

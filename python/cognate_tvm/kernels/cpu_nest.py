@@ -10,7 +10,7 @@ distribution are simpler to state as the nest they produce.
 from __future__ import annotations
 
 from ..ops import Op, get_op
-from ..space.cpu import CPUConfig
+from ..space.cpu import CPUConfig, writes_output_once
 from .cpu_operands import check_dense_dtype, paired_lanes
 from .cpu_ranges import BalancedRanges
 from .cpu_stream import PRAGMA, store_function_ir, store_statement
@@ -228,7 +228,7 @@ class _NestGenerator(BalancedRanges):
             start = len(order) - 2
             while start > 0 and order[start - 1] in ("k1", "k0"):
                 start -= 1
-            covers_all = self.csr or "k1" in order[start:]
+            covers_all = writes_output_once(self.config)  # the accumulator holds every panel's nonzeros
             if not covers_all:
                 self._zero_output()
             store = "=" if covers_all else "+="
