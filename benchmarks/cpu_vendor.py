@@ -45,16 +45,12 @@ threads:
   are timed again below and the fastest there is "best of the sample".
 - tune's pick: `cognate_tvm.tuning.tune` as ``python -m cognate_tvm.tune`` runs it by default (the
   adaptive search, the baseline + 7 measured, the winner checked).
-- tune with polish (``--polish`` (24); 0 leaves it out): the same `tune` with
-  ``TuneOptions(polish=24)``, which after the search measures up to 24 one-knob neighbours of the
-  fastest measured config, moving to a faster one when found (`tuning.polish`); beside it random
-  search with its number of measurements (seed `--seed` + 3, drawn as below).
 - beside tune, with no more knowledge of the matrix: the best fixed config (the first of the model's
   best fixed configs, chosen on its training data, that the space offers on these threads) and random
   search with tune's number of measurements (the baseline and that many - 1 configs drawn, seed
   `--seed` + 2, from the sweep's sample; the fastest correct by the sweep's own times).
-- side by side: the baseline, the finalists, tune's pick (with and without polish), the best fixed
-  config and random search's picks are timed again in one
+- side by side: the baseline, the finalists, tune's pick, the best fixed config and random search's
+  pick are timed again in one
   `backends.base.measure_side_by_side` call per matrix, `--rounds` (5) rounds with the order
   rotated, outputs checked in the first; each time is the median over rounds. "best of the sample" is
   the finalist (the baseline is one) with the lowest median, so it is <= the baseline; "best of space
@@ -130,8 +126,6 @@ MATRICES = {
     "uniform": ("generated", "uniform", 100_000),
 }
 MIN_ROWS = 64  # scaled row counts stop here
-# tune's polish budget in the "tune + polish" column: about one full neighbourhood of a CPU config (~25)
-DEFAULT_POLISH = 24
 NEW_KNOBS = ("block_rows", "balanced", "stream")  # the knobs whose every variant of the sample's best is measured
 FLOOR_DEFINITION = ("floor_ms = minimal bytes / copy bandwidth; minimal bytes = 4 (M + 1) + 8 nnz (A's CSR "
                     "arrays) + 4 K N (B read once) + 4 M N (C written once); copy bandwidth = (read + write "
@@ -141,9 +135,8 @@ FLOOR_DEFINITION = ("floor_ms = minimal bytes / copy bandwidth; minimal bytes = 
                     "float32 flops on the same threads")
 KERNELS = {"mkl_prealloc": "MKL, preallocated C", "mkl_alloc": "MKL, allocating C", "baseline": "baseline config",
            "sample_best": "best of the sample", "best": "best of space found", "tune": "tune's pick",
-           "tune_polish": "tune's pick with polish", "fixed": "best fixed config",
-           "random_same": "random, tune's measurements",
-           "random_polish": "random, tune with polish's measurements", "bf16": "best, bfloat16 B"}
+           "fixed": "best fixed config",
+           "random_same": "random, tune's measurements", "bf16": "best, bfloat16 B"}
 
 
 # -- matrices --------------------------------------------------------------------------------------------
@@ -510,10 +503,9 @@ def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, r
                sweep_best_config=None if not good else min(good, key=lambda r: r.time_ms).config.to_dict(),
                sweep_best_ms=None if not good else min(r.time_ms for r in good))
 
-    def tune(on_backend, polish=0):
+    def tune(on_backend):
         return tuning.tune(SPMM, matrix, backend=on_backend, feat=feat,
-                           options=tuning.TuneOptions(seed=seed, pretrained_root=args.pretrained_dir, name=name,
-                                                      polish=polish))
+                           options=tuning.TuneOptions(seed=seed, pretrained_root=args.pretrained_dir, name=name))
 
     def tune_pick_on(on_backend):
         chosen = tune(on_backend).chosen
@@ -524,14 +516,9 @@ def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, r
     fixed = next(iter(tuning.fixed_candidates(tuned.model, cpu_space, candidates)), None)
     random_pick = random_same_pick(results, sampled, len(tuned.measured), seed + 2)
     row.update(tune_measurements=len(tuned.measured), tune_notes=list(tuned.notes))
-    sides = {"tune": tune_pick, "fixed": fixed, "random_same": random_pick}
-    if args.polish:
-        polished = tune(backend, args.polish)
-        sides["tune_polish"] = polished.chosen.config if polished.chosen is not None else None
-        sides["random_polish"] = random_same_pick(results, sampled, len(polished.measured), seed + 3)
-        row.update(tune_polish_measurements=len(polished.measured), tune_polish_moves=polished.polish_moves)
 
     kept = finalists(results, baseline, args.finalists)
+    sides = {"tune": tune_pick, "fixed": fixed, "random_same": random_pick}
     configs = list(dict.fromkeys(kept + [c for c in sides.values() if c is not None]))
     medians = retime(backend, matrix, configs, feat=feat, seed=seed, rounds=args.rounds)
     sample_best = fastest(medians, kept)
@@ -552,14 +539,11 @@ def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, r
     row.update(minimal_bytes=minimal_bytes(matrix, feat), bf16_minimal_bytes=minimal_bytes(matrix, feat, dense_bytes=2))
     set_floor(row, rates["gb_per_s"], rates["gemm_gflops"])
     mkl = row["mkl_prealloc_ms"]
-    for kernel in ("mkl_alloc", "baseline", "sample_best", "best", "tune", "tune_polish", "fixed", "random_same",
-                   "random_polish", "bf16"):
+    for kernel in ("mkl_alloc", "baseline", "sample_best", "best", "tune", "fixed", "random_same", "bf16"):
         row[f"{kernel}_vs_mkl_prealloc"] = _ratio(mkl, row.get(f"{kernel}_ms"))
-    for kernel in ("sample_best", "best", "tune", "tune_polish", "fixed", "random_same", "random_polish"):
-        row[f"{kernel}_vs_baseline"] = _ratio(row["baseline_ms"], row.get(f"{kernel}_ms"))
+    for kernel in ("sample_best", "best", "tune", "fixed", "random_same"):
+        row[f"{kernel}_vs_baseline"] = _ratio(row["baseline_ms"], row[f"{kernel}_ms"])
     row["tune_vs_best"] = _ratio(row["best_ms"], row["tune_ms"])
-    row["tune_polish_vs_best"] = _ratio(row["best_ms"], row.get("tune_polish_ms"))
-    row["tune_polish_vs_tune"] = _ratio(row["tune_ms"], row.get("tune_polish_ms"))
     row["seconds"] = round(time.perf_counter() - start, 1)
     return row
 
@@ -568,9 +552,7 @@ def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, r
 
 RATIOS = ("mkl_alloc_vs_mkl_prealloc", "baseline_vs_mkl_prealloc", "sample_best_vs_mkl_prealloc",
           "best_vs_mkl_prealloc", "tune_vs_mkl_prealloc", "fixed_vs_mkl_prealloc", "random_same_vs_mkl_prealloc",
-          "tune_polish_vs_mkl_prealloc", "random_polish_vs_mkl_prealloc",
           "bf16_vs_mkl_prealloc", "sample_best_vs_baseline", "best_vs_baseline", "tune_vs_baseline",
-          "tune_polish_vs_baseline", "random_polish_vs_baseline", "tune_polish_vs_best", "tune_polish_vs_tune",
           "fixed_vs_baseline", "random_same_vs_baseline", "tune_vs_best", "bf16_speedup", "bf16_same_config_speedup",
           "bf16_tune_speedup",
           *(f"{k}_floor_fraction" for k in KERNELS), *(f"{k}_roofline_fraction" for k in KERNELS))
@@ -633,20 +615,6 @@ def markdown(result: dict) -> str:
                  f"{g('tune_vs_mkl_prealloc')} | "
                  f"{g('fixed_vs_mkl_prealloc')} | {g('random_same_vs_mkl_prealloc')} | "
                  f"{g('best_floor_fraction')} | {g('bf16_speedup')} | {g('bf16_tune_speedup')} |")
-    if any(r.get("tune_polish_ms") for r in rows):
-        lines += ["", f"tune with polish (`TuneOptions(polish={result['args'].get('polish')})`: after the search, "
-                  "one-knob neighbours of the fastest measured config, climbing), beside random search with as "
-                  "many measurements; re-timed in the same side-by-side call as the table above:", "",
-                  "| matrix | tune ms | tune + polish ms | measurements | moves | random (same) ms | "
-                  "tune + polish x MKL prealloc | random (same) x MKL prealloc | tune + polish / tune | "
-                  "tune + polish / best found |", "|---|---|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['matrix']} | {f(r['tune_ms'])} | {f(r.get('tune_polish_ms'))} | "
-                  f"{r.get('tune_polish_measurements', '-')} | {r.get('tune_polish_moves', '-')} | "
-                  f"{f(r.get('random_polish_ms'))} | {f(r.get('tune_polish_vs_mkl_prealloc'))} | "
-                  f"{f(r.get('random_polish_vs_mkl_prealloc'))} | {f(r.get('tune_polish_vs_tune'))} | "
-                  f"{f(r.get('tune_polish_vs_best'))} |" for r in rows]
-        lines.append(f"| geomean | | | | | | {g('tune_polish_vs_mkl_prealloc')} | {g('random_polish_vs_mkl_prealloc')} "
-                     f"| {g('tune_polish_vs_tune')} | {g('tune_polish_vs_best')} |")
     lines += ["", "Geomeans over the matrices: "
               f"MKL allocating / preallocated {g('mkl_alloc_vs_mkl_prealloc')}x MKL prealloc's speed; "
               f"baseline {g('baseline_vs_mkl_prealloc')}x, best of sample {g('sample_best_vs_mkl_prealloc')}x, "
@@ -697,8 +665,6 @@ def main(argv=None) -> int:
     parser.add_argument("--finalists", type=int, default=3,
                         help="fastest configs of the sweep re-timed beside the baseline and tune's pick")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of every re-timing (medians kept)")
-    parser.add_argument("--polish", type=int, default=DEFAULT_POLISH,
-                        help=f"tune's polish budget for the 'tune + polish' column (default {DEFAULT_POLISH}; 0: none)")
     parser.add_argument("--bandwidth-mb", type=int, default=256, help="size of the copied array (MB)")
     parser.add_argument("--gemm-size", type=int, default=2048, help="side of the square GEMM that gives the compute rate")
     parser.add_argument("--seed", type=int, default=0)
@@ -708,8 +674,8 @@ def main(argv=None) -> int:
     for name in ("threads", "feat", "finalists", "rounds", "bandwidth_mb", "gemm_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.sample < 0 or args.scale <= 0 or args.polish < 0:
-        parser.error("--sample and --polish must be >= 0 and --scale > 0")
+    if args.sample < 0 or args.scale <= 0:
+        parser.error("--sample must be >= 0 and --scale > 0")
     if not mkl_available():
         parser.error("MKL is not available (sparse_dot_mkl cannot find libmkl_rt)")
     setup_logging()

@@ -1,7 +1,7 @@
 """Tune a sparse op on one matrix and one target: pick its fastest correct configuration.
 
     python -m cognate_tvm.tune {spmm,sddmm} [--target llvm|spade|cuda] [--matrix PATH] [--feat N]
-        [--search adaptive|oneshot] [--budget N] [--top-k K] [--polish N] [--fixed F] [--diversity D] [--model PATH] [--pretrained-dir DIR] [--save-model PATH]
+        [--search adaptive|oneshot] [--budget N] [--top-k K] [--fixed F] [--diversity D] [--model PATH] [--pretrained-dir DIR] [--save-model PATH]
         [--oracle] [--oracle-sample N] [--out DIR] [--compile-only] [--seed S] [--vendor]
         [--json] [--quiet] [--arch sm_80|sm_90] [--rpc-tracker HOST:PORT --rpc-key KEY]
 
@@ -22,9 +22,7 @@ platform's: 2 on SPADE, 1, the plain ranking, elsewhere); the fastest ones are t
 side with the baseline and the one with the lowest median whose output matches
 scipy's is kept if it is faster than the baseline (`cognate_tvm.tuning.tune`). ``--budget N`` first measures N
 sampled configs of this matrix and fine-tunes the model on them, from its
-pre-trained weights. After the search, ``--polish N`` measures up to N one-knob neighbours of the fastest
-measured config, moving on to a faster one when one is found (`cognate_tvm.tuning.polish`).
-``--model PATH`` uses a saved model instead of the
+pre-trained weights. ``--model PATH`` uses a saved model instead of the
 shipped one; ``--save-model`` writes the (fine-tuned) model. ``--oracle`` also
 sweeps the space (the whole space when it has at most
 `tuning.ORACLE_WHOLE_SPACE` configs, else a seeded sample of ``--oracle-sample``
@@ -66,13 +64,12 @@ DEFAULT_FIXED = tuning.DEFAULT_FIXED
 def _check_args(args: argparse.Namespace) -> None:
     """`tuning.check_tune_options` in flags, before the matrix is read; and what --compile-only excludes."""
     tuning.check_tune_options(feat=args.feat, top_k=args.top_k, budget=args.budget, fixed=args.fixed,
-                              diversity=args.diversity, oracle_sample=args.oracle_sample, polish=args.polish,
-                              name=flag)
+                              diversity=args.diversity, oracle_sample=args.oracle_sample, name=flag)
     if args.compile_only:
         if args.out is None:
             raise ValueError("--compile-only writes the top-k kernels to a directory: give --out DIR")
         for option, value in (("--budget", args.budget), ("--oracle", args.oracle), ("--vendor", args.vendor),
-                              ("--save-model", args.save_model), ("--polish", args.polish)):
+                            ("--save-model", args.save_model)):
             if value:
                 raise ValueError(f"{option} needs timed runs; it cannot be used with --compile-only")
 
@@ -91,8 +88,7 @@ def run(args: argparse.Namespace) -> tuple[dict, tuning.TuneResult | None]:
                                       top_k=DEFAULT_TOP_K if args.top_k is None else args.top_k)
         return report, None
     options = tuning.TuneOptions(model=model, model_source=source, pretrained_root=args.pretrained_dir,
-                                 budget=args.budget, top_k=args.top_k, polish=args.polish, fixed=args.fixed,
-                                 seed=args.seed,
+                                 budget=args.budget, top_k=args.top_k, fixed=args.fixed, seed=args.seed,
                                  diversity=args.diversity, search=args.search, oracle=args.oracle,
                                  oracle_sample=args.oracle_sample, name=Path(args.matrix).stem,
                                  progress=not args.quiet)
@@ -134,9 +130,6 @@ def format_summary(report: dict) -> str:
         how += f"; measured in rounds of {', '.join(map(str, rounds))}"
         if report.get("search") == "adaptive" and report.get("mode") == "finetuned":
             how += ", the model fine-tuned on this matrix's measurements after each"
-    if report.get("polished"):
-        how += (f"; then {report['polished']} one-knob neighbours of the fastest measured config "
-                f"(polish: it moved {report['polish_moves']} times)")
     lines = [f"{report['op']} on {report['target']}: {m['rows']}x{m['cols']}, nnz={m['nnz']}, "
              f"feat={report['feat']}{'' if report.get('dtype', 'float32') == 'float32' else ', bfloat16 operands'} "
              f"({how})"]
@@ -211,10 +204,6 @@ def make_parser() -> argparse.ArgumentParser:
                         help="configs measured after the baseline (and the --budget sample) (default: "
                              f"{search.Adaptive().measurements} with --search adaptive, {DEFAULT_TOP_K} with oneshot "
                              "and --compile-only)")
-    parser.add_argument("--polish", type=int, default=tuning.DEFAULT_POLISH,
-                        help="after the search, measure up to this many one-knob neighbours of the fastest "
-                             "measured config, moving on to a faster one when found (default "
-                             f"{tuning.DEFAULT_POLISH}; about 25 covers a CPU config's neighbours)")
     parser.add_argument("--fixed", type=int, default=DEFAULT_FIXED,
                         help="how many of the top-k are the model's best fixed configs, the ones that did best "
                              f"over its training matrices (default {DEFAULT_FIXED}; 0: the ranking only)")

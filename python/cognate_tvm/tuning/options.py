@@ -11,9 +11,6 @@ from .search import DEFAULT_STRATEGY, SearchStrategy
 
 DEFAULT_TOP_K = 5        # configs measured from the model's ranking (the protocol's top-5, docs/transfer.md)
 DEFAULT_BUDGET = 0       # target measurements to fine-tune on before ranking
-# One-knob neighbours of the fastest config measured after the search (`polish`); none by default, so
-# tune's few measurements stay few: a user who tunes a large matrix once for many calls can spend more.
-DEFAULT_POLISH = 0
 # Of the top-k, how many are the model's best fixed configs (the ones that did best over its
 # training matrices, `RankingModel.fixed_configs`) rather than its picks for this matrix: one
 # config that is good everywhere guards against the model's misses on a matrix unlike its data.
@@ -43,8 +40,6 @@ class TuneOptions:
     top_k : configs the search measures after the baseline (and the sample); None: the
         strategy's default (`search.OneShot`: 5, `search.Adaptive`: 7). Ignored when `search`
         is a strategy object.
-    polish : after the search, measure up to this many one-knob neighbours of the fastest measured
-        config, climbing to a faster one when found (`polish.polish`).
     fixed : how many of the first picks are the model's best fixed configs (`search.pick_top`).
     seed : seeds the sample, the measured inputs and the oracle's sample.
     diversity : the first ranked picks differ pairwise in at least this many knobs (`space.diverse_top`);
@@ -63,7 +58,6 @@ class TuneOptions:
     pretrained_root: str | os.PathLike | None = None
     budget: int = DEFAULT_BUDGET
     top_k: int | None = None
-    polish: int = DEFAULT_POLISH
     fixed: int = DEFAULT_FIXED
     seed: int = 0
     diversity: int | None = None
@@ -81,12 +75,11 @@ class TuneOptions:
     def check(self, feat: int) -> None:
         """ValueError naming the first option out of range (`check_tune_options`)."""
         check_tune_options(feat=feat, top_k=self.top_k, budget=self.budget, fixed=self.fixed,
-                           diversity=self.diversity, polish=self.polish)
+                           diversity=self.diversity)
 
 
 def check_tune_options(*, feat: int, top_k: int | None, budget: int, fixed: int, diversity: int | None = None,
-                       oracle_sample: int | None = None, polish: int = DEFAULT_POLISH,
-                       name=lambda option: option) -> None:
+                       oracle_sample: int | None = None, name=lambda option: option) -> None:
     """ValueError naming the first of `tune`'s options out of range (`oracle_sample`: only when given;
     `top_k` None: the search strategy's default).
 
@@ -98,8 +91,6 @@ def check_tune_options(*, feat: int, top_k: int | None, budget: int, fixed: int,
         raise ValueError(f"{name('top_k')} must be >= 1, got {top_k}")
     if budget < 0:
         raise ValueError(f"{name('budget')} must be >= 0, got {budget}")
-    if polish < 0:
-        raise ValueError(f"{name('polish')} must be >= 0, got {polish}")
     if fixed < 0 or (top_k is not None and fixed > top_k):
         raise ValueError(f"{name('fixed')} must be in [0, {name('top_k')}={top_k}], got {fixed}")
     if oracle_sample is not None and oracle_sample < 1:

@@ -49,8 +49,6 @@ class TuneResult:
     checked : the chosen best's checked re-measurement (``correct`` True, or
         None on a backend that computes no outputs).
     rejected : configs that failed the output check (or the re-measurement).
-    polished, polish_moves : configs the polish after the search measured (the last of `measured`), and
-        how many times it found a faster one (`tuning.polish`).
     """
 
     baseline: MeasureResult
@@ -70,8 +68,6 @@ class TuneResult:
     retimed: dict = field(default_factory=dict)
     search: str = "oneshot"
     rounds: list[int] = field(default_factory=list)
-    polished: int = 0
-    polish_moves: int = 0
 
     @property
     def best(self) -> MeasureResult | None:

@@ -15,9 +15,7 @@ with a note (`model.load_shipped_model`). The baseline is measured, then the sea
 (`tuning.search`) chooses what else to measure: by default (`search.Adaptive`) 7 configs in rounds
 of 3, 2 and 2, the model fine-tuned (a copy, from its loaded weights) on this matrix's measurements
 after each round and the candidates ranked again; ``search="oneshot"`` measures the first ranking's
-top-k (5) in one batch. With ``polish=N`` up to N one-knob neighbours of the fastest measured config
-are measured after the search, climbing to a faster one when found (`tuning.polish`).
-The first picks are `fixed` (1) of the model's best fixed configs (the ones
+top-k (5) in one batch. The first picks are `fixed` (1) of the model's best fixed configs (the ones
 that did best over its training matrices, `pick_top`) and picks from the ranking that differ
 pairwise in `Space.pick_distance` knobs (SPADE: 2; elsewhere 1, the plain ranking; `diversity`
 overrides it); with ``budget=N`` a seeded sample of N candidates is measured first and the loaded
@@ -44,7 +42,6 @@ from . import search as search_strategies
 from .measuring import measure_configs
 from .options import TuneOptions
 from .oracle import measure_oracle
-from .polish import polish
 from .result import TuneResult
 from .retime import choose
 from .search import measured_group, sample_configs
@@ -85,8 +82,6 @@ def tune(op: Op | str, matrix: sp.csr_matrix, *, backend: Backend, feat: int = 1
                                                       progress=o.progress, desc=desc),
         fixed=o.fixed, diversity=tuned.diversity)
     outcome = strategy.search(context)
-    if o.polish:
-        tuned.polished, tuned.polish_moves = polish(context, outcome, o.polish)
     tuned.measured, tuned.predicted_rank, tuned.fixed = outcome.measured, outcome.predicted_rank, outcome.fixed
     tuned.model, tuned.finetuned = outcome.model, tuned.finetuned or outcome.finetuned
     tuned.search, tuned.rounds = strategy.name, outcome.rounds
