@@ -232,3 +232,46 @@ def test_stream_benchmark_at_test_size(tmp_path, monkeypatch):
         assert not row["errors"] and row["stream_speedup"] == pytest.approx(row["plain_ms"] / row["stream_ms"])
     assert "| rmat | best found | bfloat16 |" in (out / "summary.md").read_text()
     assert (out / "cpu_stream.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_gather_kernel_matches_numpy_on_edge_cases():
+    """benchmarks/cpu_gather.py's gather (each thread sums the B rows of its share of the nonzeros) against
+    numpy: a rectangular matrix with empty rows, a single nonzero (one thread has none), N not a multiple of
+    the vector width."""
+    import scipy.sparse as sp
+
+    import cpu_gather
+
+    rectangular = sp.random(40, 70, density=0.05, format="lil", random_state=1)
+    rectangular[5:9] = 0  # empty rows
+    rectangular = rectangular.tocsr()
+    assert rectangular[5:9].nnz == 0 and rectangular.nnz > 0
+    single = sp.csr_matrix(([1.0], ([3], [6])), shape=(8, 9))
+    for matrix, feat in ((rectangular, 16), (single, 16), (rectangular, 20)):
+        got = cpu_gather.time_gather(matrix, feat=feat, threads=2, repeats=1)
+        assert got["gather_correct"] is True and got["gather_ms"] > 0
+    sums = cpu_gather.expected_sums(np.array([2, 0, 2]), np.arange(6.0).reshape(3, 2), 2)
+    assert sums.tolist() == [[4.0, 5.0], [4.0, 6.0]]  # thread 0: nonzero 0; thread 1: nonzeros 1 and 2
+
+
+def test_gather_benchmark_at_test_size(tmp_path):
+    """benchmarks/cpu_gather.py: the gather bound beside a cpu_vendor run's best found and tune's pick."""
+    import cpu_gather
+
+    picks = {"best_config": json.loads(space.create("cpu", "spmm").baseline().to_json()),
+             "tune_config": json.loads(dataclasses.replace(FIXED, i_tile=8).to_json())}
+    results = tmp_path / "picks.json"
+    results.write_text(json.dumps({"rows": [{"matrix": "rmat", **picks}]}))
+    out = tmp_path / "out"
+    argv = ["--scale", "0.005", "--matrices", "rmat", "--rounds", "1", "--repeats", "2", "--feat", "16",
+            "--bandwidth-mb", "16", "--results", str(results), "--out", str(out)]
+    assert cpu_gather.main(argv) == 0
+    (row,) = json.loads((out / "results.json").read_text())["rows"]
+    assert row["gather_correct"] is True and row["gather_ms"] > 0
+    assert row["gather_bound_ms"] == max(row["gather_ms"], row["floor_ms"])
+    for kernel in ("best", "tune"):
+        assert row[f"{kernel}_config"] == picks[f"{kernel}_config"] and row[f"{kernel}_ms"] > 0
+        assert row[f"{kernel}_gather_fraction"] == pytest.approx(row["gather_bound_ms"] / row[f"{kernel}_ms"])
+        assert row[f"{kernel}_floor_fraction"] == pytest.approx(row["floor_ms"] / row[f"{kernel}_ms"])
+    assert "| rmat | " in (out / "summary.md").read_text()
+    assert (out / "cpu_gather.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
