@@ -40,7 +40,7 @@ from cognate_tvm import backends
 from cognate_tvm.metrics import geomean
 from cognate_tvm.space.cpu import CPUSpace
 from common import figure, setup_logging
-from cpu_vendor import MATRICES, build_matrix, copy_bandwidth, minimal_bytes, retime
+from cpu_vendor import add_picks_arguments, build_matrix, copy_bandwidth, minimal_bytes, retime
 
 KERNELS = {"best": ("best_config", "best found"), "tune": ("tune_config", "tune's pick")}
 
@@ -160,12 +160,7 @@ def plot(result: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--matrices", nargs="+", choices=sorted(MATRICES), default=list(MATRICES))
-    parser.add_argument("--results", type=Path, help="a cpu_vendor.py results.json: time its best and tune's picks")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply the matrices' row counts")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--feat", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of the SpMM configs' side-by-side timing")
+    add_picks_arguments(parser, results_help="a cpu_vendor.py results.json: time its best and tune's picks")
     parser.add_argument("--repeats", type=int, default=10, help="calls of the gather kernel per timing")
     parser.add_argument("--bandwidth-mb", type=int, default=256, help="size of the copied array (MB)")
     parser.add_argument("--out", type=Path, required=True)

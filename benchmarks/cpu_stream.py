@@ -34,7 +34,7 @@ from cognate_tvm.errors import InvalidConfigError
 from cognate_tvm.metrics import geomean
 from cognate_tvm.space.cpu import PANEL_ORDERS, CPUConfig, CPUSpace
 from common import figure, setup_logging
-from cpu_vendor import MATRICES, SEED, build_matrix, retime
+from cpu_vendor import SEED, add_picks_arguments, build_matrix, retime
 
 REGISTER_ROWS = CPUConfig(i_tile=256, k_panel=0, k_parts=1, j_tile=128, loop_order=PANEL_ORDERS[0], vector=16,
                           unroll=True, parallel=True, chunk=0, balanced=True)
@@ -119,12 +119,7 @@ def plot(result: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--matrices", nargs="+", choices=sorted(MATRICES), default=list(MATRICES))
-    parser.add_argument("--results", type=Path, help="a cpu_vendor.py results.json: add its best and tune's picks")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply the matrices' row counts")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--feat", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=5)
+    add_picks_arguments(parser, results_help="a cpu_vendor.py results.json: add its best and tune's picks")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     setup_logging()

@@ -165,6 +165,17 @@ def minimal_bytes(matrix, feat: int, *, dense_bytes: int = 4) -> int:
     return 4 * (rows + 1) + 8 * int(matrix.nnz) + dense_bytes * cols * feat + 4 * rows * feat
 
 
+def add_picks_arguments(parser: argparse.ArgumentParser, *, results_help: str) -> None:
+    """The options of the benchmarks that re-time a cpu_vendor run's picks on its matrices (cpu_stream.py,
+    cpu_gather.py): --matrices, --results, --scale, --threads, --feat, --rounds."""
+    parser.add_argument("--matrices", nargs="+", choices=sorted(MATRICES), default=list(MATRICES))
+    parser.add_argument("--results", type=Path, help=results_help)
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the matrices' row counts")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--feat", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the side-by-side timing (medians kept)")
+
+
 # -- the bandwidth floor -----------------------------------------------------------------------------------
 
 def _gemm_rate(size: int, repeats: int = 5) -> float:
