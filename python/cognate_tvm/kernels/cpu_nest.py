@@ -10,7 +10,7 @@ distribution are simpler to state as the nest they produce.
 from __future__ import annotations
 
 from ..ops import Op, get_op
-from ..space.cpu import CPUConfig, writes_output_once
+from ..space.cpu import CPUConfig, accumulator_start, nest_order, writes_output_once
 from .cpu_operands import check_dense_dtype, paired_lanes
 from .cpu_ranges import BalancedRanges
 from .cpu_stream import PRAGMA, store_function_ir, store_statement
@@ -49,8 +49,7 @@ class _NestGenerator(BalancedRanges):
         self.lanes = max(1, config.vector)
         self.pair = paired_lanes(op, config, feat, self.dtype)  # 0: dense operands read element by element
         self.workers = max(1, int(workers))
-        # With one panel the k1 loop has a single iteration: leave it out.
-        self.order = [name for name in config.loop_order if not (self.csr and name == "k1")]
+        self.order = nest_order(config)
         self.w = ScriptWriter()
         self.depth = 1
         self.ends: list[int] = []
@@ -223,11 +222,8 @@ class _NestGenerator(BalancedRanges):
         order = self.order
         if self.block > 1:  # plain CSR in the register-accumulator order (space/cpu.py checks it)
             self._nest(0, order.index("k0"), self._spmm_blocked)
-        elif order[-1] == "j0" and order[-2] == "k0":
+        elif (start := accumulator_start(order)) is not None:
             # A register accumulator for the dense tile spans the run of sparse loops around j0.
-            start = len(order) - 2
-            while start > 0 and order[start - 1] in ("k1", "k0"):
-                start -= 1
             covers_all = writes_output_once(self.config)  # the accumulator holds every panel's nonzeros
             if not covers_all:
                 self._zero_output()

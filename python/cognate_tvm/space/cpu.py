@@ -284,19 +284,32 @@ def _blockable(config: CPUConfig) -> bool:
             and config.vector > 1 and config.j_tile * config.block_rows <= MAX_BLOCK_LANES)
 
 
+def nest_order(config: CPUConfig) -> list[str]:
+    """The loops of `config`'s nest, outermost first: its loop order, without k1 when there is one panel
+    (k1 then has a single iteration)."""
+    return [name for name in config.loop_order if not (config.single_panel and name == "k1")]
+
+
+def accumulator_start(order: list[str]) -> int | None:
+    """Where, in a nest `order`, the run of sparse loops (k1, k0) that ends just outside an innermost j0
+    starts: a register accumulator of the dense tile spans that run. None unless the order ends k0, j0."""
+    if order[-2:] != ["k0", "j0"]:
+        return None
+    start = len(order) - 2
+    while start > 0 and order[start - 1] in ("k1", "k0"):
+        start -= 1
+    return start
+
+
 def writes_output_once(config: CPUConfig) -> bool:
     """Whether `config`'s SpMM nest stores each output element once, from a register accumulator that
     spans all its nonzeros: register blocks, or j0 innermost after a run of sparse loops (k0, and k1 with
     column panels) that holds every panel (the nest generator's register-accumulator case)."""
     if config.block_rows > 1:
         return True
-    order = [name for name in config.loop_order if not (config.single_panel and name == "k1")]
-    if order[-2:] != ["k0", "j0"]:
-        return False
-    start = len(order) - 2
-    while start > 0 and order[start - 1] in ("k1", "k0"):
-        start -= 1
-    return config.single_panel or "k1" in order[start:]
+    order = nest_order(config)
+    start = accumulator_start(order)
+    return start is not None and (config.single_panel or "k1" in order[start:])
 
 
 def _streamable(config: CPUConfig) -> bool:
