@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -107,3 +108,13 @@ def save_png(fig, path: Path, *, dpi: int = 120) -> None:
     with Image.open(buffer) as image:
         palette = image.convert("RGB").quantize(colors=PNG_COLORS, method=Image.Quantize.MEDIANCUT)
     palette.save(path, format="PNG", optimize=True)
+
+
+def write_outputs(out: Path, result: dict, summary: str, draw: Callable[[Path], None], png: str) -> None:
+    """A benchmark's outputs in `out`: results.json (`result`), summary.md (`summary`) and the figure `png`
+    (`draw(path)`); the summary is printed too."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(result, indent=1))
+    (out / "summary.md").write_text(summary)
+    draw(out / png)
+    print(summary, end="" if summary.endswith("\n") else "\n")

@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +37,9 @@ from tqdm import tqdm
 from cognate_tvm import backends
 from cognate_tvm.metrics import geomean
 from cognate_tvm.space.cpu import CPUSpace
-from common import figure, setup_logging
-from cpu_vendor import add_picks_arguments, build_matrix, copy_bandwidth, minimal_bytes, retime
+from common import figure, setup_logging, write_outputs
+from cpu_vendor import (add_picks_arguments, build_matrix, build_tvm_kernel, call_seconds, copy_bandwidth, in_worker,
+                        minimal_bytes, retime)
 
 KERNELS = {"best": ("best_config", "best found"), "tune": ("tune_config", "tune's pick")}
 
@@ -56,7 +55,8 @@ def gather_source(feat: int, threads: int) -> str:
             f"    for t in T.parallel({threads}):\n"
             f"        for n in T.vectorized({feat}):\n"
             "            out[t, n] = T.float32(0)\n"
-            f'        for j in range(T.Cast("int64", nnz) * t // {threads}, T.Cast("int64", nnz) * (t + 1) // {threads}):\n'
+            f'        for j in range(T.Cast("int64", nnz) * t // {threads},\n'
+            f'                       T.Cast("int64", nnz) * (t + 1) // {threads}):\n'
             f"            for n in T.vectorized({feat}):\n"
             "                out[t, n] = out[t, n] + b[idx[j], n]\n")
 
@@ -70,32 +70,20 @@ def expected_sums(indices: np.ndarray, b: np.ndarray, threads: int) -> np.ndarra
 
 def _gather_worker(indices: np.ndarray, cols: int, feat: int, threads: int, repeats: int) -> dict:
     """Median ms of the gather kernel on `threads` TVM threads, and whether its sums match numpy's."""
-    import os
-
-    os.environ["TVM_NUM_THREADS"] = str(threads)
+    kernel = build_tvm_kernel(gather_source(feat, threads), threads)  # before TVM loads: it sets the thread count
     import tvm
 
-    from cognate_tvm.kernels.cpu import cpu_target
-
-    kernel = tvm.tirx.build(tvm.script.from_source(gather_source(feat, threads)), target=cpu_target(threads))["main"]
     b = np.random.default_rng(0).random((cols, feat), dtype=np.float32)
     args = [len(indices), cols, tvm.runtime.tensor(indices.astype(np.int32)), tvm.runtime.tensor(b),
             tvm.runtime.tensor(np.zeros((threads, feat), dtype=np.float32))]
     kernel(*args)
     correct = bool(np.allclose(args[-1].numpy(), expected_sums(indices, b, threads), rtol=1e-3, atol=1e-3))
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        kernel(*args)
-        seconds.append(time.perf_counter() - start)
+    seconds = call_seconds(lambda: kernel(*args), repeats)
     return {"gather_ms": float(np.median(seconds)) * 1e3, "gather_correct": correct}
 
 
 def time_gather(matrix, *, feat: int, threads: int, repeats: int) -> dict:
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        return pool.submit(_gather_worker, np.asarray(matrix.indices), matrix.shape[1], feat, threads,
-                           repeats).result()
+    return in_worker(_gather_worker, np.asarray(matrix.indices), matrix.shape[1], feat, threads, repeats)
 
 
 def evaluate(name: str, matrix, picks: dict, *, backend, args, gb_per_s: float) -> dict:
@@ -136,7 +124,8 @@ def markdown(result: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         lines.append(f"| {r['matrix']} | {r['nnz']} | {f(r['gather_ms'])} | {f(r['gather_gb_per_s'])} | "
-                     f"{f(r['floor_ms'])} | {f(r['gather_bound_ms'])} | {f(r.get('best_ms'))} | {f(r.get('tune_ms'))} | "
+                     f"{f(r['floor_ms'])} | {f(r['gather_bound_ms'])} | {f(r.get('best_ms'))} | "
+                     f"{f(r.get('tune_ms'))} | "
                      f"{f(r.get('best_gather_fraction'))} | {f(r.get('best_floor_fraction'))} | "
                      f"{f(r.get('tune_gather_fraction'))} |")
     g = lambda key: f(geomean([r[key] for r in result["rows"] if r.get(key)]))  # noqa: E731
@@ -180,11 +169,7 @@ def main(argv=None) -> int:
     result = {"rows": rows, "threads": args.threads, "feat": args.feat, "gb_per_s": gb_per_s,
               "command": "python benchmarks/cpu_gather.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "wall_seconds": round(time.perf_counter() - start, 1)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(result, indent=1))
-    (args.out / "summary.md").write_text(markdown(result))
-    plot(result, args.out / "cpu_gather.png")
-    print(markdown(result))
+    write_outputs(args.out, result, markdown(result), lambda path: plot(result, path), "cpu_gather.png")
     return 0
 
 

@@ -33,7 +33,7 @@ from cognate_tvm import backends
 from cognate_tvm.errors import InvalidConfigError
 from cognate_tvm.metrics import geomean
 from cognate_tvm.space.cpu import PANEL_ORDERS, CPUConfig, CPUSpace
-from common import figure, setup_logging
+from common import figure, setup_logging, write_outputs
 from cpu_vendor import SEED, add_picks_arguments, build_matrix, retime
 
 REGISTER_ROWS = CPUConfig(i_tile=256, k_panel=0, k_parts=1, j_tile=128, loop_order=PANEL_ORDERS[0], vector=16,
@@ -127,12 +127,8 @@ def main(argv=None) -> int:
     result = run(args)
     result["command"] = "python benchmarks/cpu_stream.py " + " ".join(sys.argv[1:] if argv is None else argv)
     result["wall_seconds"] = round(time.perf_counter() - start, 1)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(result, indent=1))
     text = "\n".join([f"Command: `{result['command']}`; {result['wall_seconds']:.0f} s.", "", *summary_table(result)])
-    (args.out / "summary.md").write_text(text + "\n")
-    plot(result, args.out / "cpu_stream.png")
-    print(text)
+    write_outputs(args.out, result, text + "\n", lambda path: plot(result, path), "cpu_stream.png")
     return 0
 
 

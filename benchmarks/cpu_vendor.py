@@ -106,7 +106,7 @@ from cognate_tvm.backends.base import measure_side_by_side, rotated_order
 from cognate_tvm.backends.vendor import MKLLibrary, mkl_available
 from cognate_tvm.matrix import as_csr
 from cognate_tvm.ops import SPMM
-from common import budget_draw, figure, present_geomean, setup_logging
+from common import budget_draw, figure, present_geomean, setup_logging, write_outputs
 
 log = logging.getLogger("cpu_vendor")
 
@@ -176,6 +176,38 @@ def add_picks_arguments(parser: argparse.ArgumentParser, *, results_help: str) -
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the side-by-side timing (medians kept)")
 
 
+# -- timing helpers ----------------------------------------------------------------------------------------
+
+def call_seconds(call, repeats: int) -> list[float]:
+    """Wall seconds of each of `repeats` calls of `call()` (warm it up first)."""
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def in_worker(function, *args):
+    """`function(*args)` in a fresh spawned process: what it times shares no thread pool and no loaded
+    library (TVM, MKL) with this process."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(function, *args).result()
+
+
+def build_tvm_kernel(source: str, threads: int):
+    """The ``main`` of TVMScript `source`, built for this CPU and run on `threads` TVM threads. Call it in a
+    worker (`in_worker`): it sets TVM_NUM_THREADS, which TVM reads when it loads."""
+    import os
+
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    import tvm
+
+    from cognate_tvm.kernels.cpu import cpu_target
+
+    return tvm.tirx.build(tvm.script.from_source(source), target=cpu_target(threads))["main"]
+
+
 # -- the bandwidth floor -----------------------------------------------------------------------------------
 
 def _gemm_rate(size: int, repeats: int = 5) -> float:
@@ -186,11 +218,7 @@ def _gemm_rate(size: int, repeats: int = 5) -> float:
     b = torch.rand(size, size, generator=torch.Generator().manual_seed(1))
     out = torch.empty(size, size)
     torch.mm(a, b, out=out)  # warm-up
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.mm(a, b, out=out)
-        seconds.append(time.perf_counter() - start)
+    seconds = call_seconds(lambda: torch.mm(a, b, out=out), repeats)
     return 2 * size ** 3 / float(np.median(seconds)) / 1e9
 
 
@@ -203,11 +231,7 @@ def _copy_bandwidth_worker(threads: int, megabytes: int, repeats: int, gemm_size
     dst = torch.empty_like(src)
     for _ in range(2):  # first touch and warm-up
         dst.copy_(src)
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        dst.copy_(src)
-        seconds.append(time.perf_counter() - start)
+    seconds = call_seconds(lambda: dst.copy_(src), repeats)
     moved = 2 * src.numel() * 4  # read + write
     return {"bytes_per_copy": moved, "copies": repeats, "threads": threads, "torch_threads": torch.get_num_threads(),
             "median_s": float(np.median(seconds)), "gb_per_s": moved / float(np.median(seconds)) / 1e9,
@@ -234,24 +258,15 @@ def _stream_copy_source(lanes: int = STREAM_COPY_LANES) -> str:
 
 def _stream_copy_worker(threads: int, megabytes: int, repeats: int) -> dict:
     """The streaming-store copy's bandwidth (read + write bytes per second) on `threads` TVM threads."""
-    import os
-
-    os.environ["TVM_NUM_THREADS"] = str(threads)
+    copy = build_tvm_kernel(_stream_copy_source(), threads)  # before TVM loads: it sets the thread count
     import tvm
 
-    from cognate_tvm.kernels.cpu import cpu_target
-
-    copy = tvm.tirx.build(tvm.script.from_source(_stream_copy_source()), target=cpu_target(threads))["main"]
     src = tvm.runtime.tensor(np.ones(megabytes * (1 << 20) // 4, dtype=np.float32))
     dst = tvm.runtime.tensor(np.zeros(megabytes * (1 << 20) // 4, dtype=np.float32))
     vectors = src.shape[0] // STREAM_COPY_LANES
     for _ in range(2):
         copy(vectors, src, dst)
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        copy(vectors, src, dst)
-        seconds.append(time.perf_counter() - start)
+    seconds = call_seconds(lambda: copy(vectors, src, dst), repeats)
     return {"stream_copy_gb_per_s": 2 * vectors * STREAM_COPY_LANES * 4 / float(np.median(seconds)) / 1e9}
 
 
@@ -259,11 +274,8 @@ def copy_bandwidth(threads: int, megabytes: int = 256, repeats: int = 10, gemm_s
     """Copy bandwidth and the GEMM rate on `threads` threads, each measured in a fresh worker process (no
     MKL there; TVM only in the streaming copy's). ``gb_per_s`` is the faster copy's: torch's
     (``torch_copy_gb_per_s``) or the streaming one (``stream_copy_gb_per_s``)."""
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        out = pool.submit(_copy_bandwidth_worker, threads, megabytes, repeats, gemm_size).result()
-    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        out.update(pool.submit(_stream_copy_worker, threads, megabytes, repeats).result())
+    out = in_worker(_copy_bandwidth_worker, threads, megabytes, repeats, gemm_size)
+    out.update(in_worker(_stream_copy_worker, threads, megabytes, repeats))
     out["torch_copy_gb_per_s"] = out["gb_per_s"]
     out["gb_per_s"] = max(out["gb_per_s"], out["stream_copy_gb_per_s"])
     return out
@@ -518,12 +530,11 @@ def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, r
         return tuning.tune(SPMM, matrix, backend=on_backend, feat=feat,
                            options=tuning.TuneOptions(seed=seed, pretrained_root=args.pretrained_dir, name=name))
 
-    def tune_pick_on(on_backend):
-        chosen = tune(on_backend).chosen
-        return None if chosen is None else chosen.config
+    def pick(tuned):
+        return None if tuned.chosen is None else tuned.chosen.config
 
     tuned = tune(backend)
-    tune_pick = tuned.chosen.config if tuned.chosen is not None else None
+    tune_pick = pick(tuned)
     fixed = next(iter(tuning.fixed_candidates(tuned.model, cpu_space, candidates)), None)
     random_pick = random_same_pick(results, sampled, len(tuned.measured), seed + 2)
     row.update(tune_measurements=len(tuned.measured), tune_notes=list(tuned.notes))
@@ -545,7 +556,7 @@ def evaluate(name: str, matrix, *, backend, cpu_space, candidates: list, args, r
     if measurers is not None and best is not None:
         row.update(bf16_row(measurers, cpu_space, candidates, best, count=args.sample, seed=seed + 1,
                             rounds=args.rounds, name=name, tune_fp32=tune_pick,
-                            tune_bf16=None if bf16_backend is None else lambda: tune_pick_on(bf16_backend)))
+                            tune_bf16=None if bf16_backend is None else lambda: pick(tune(bf16_backend))))
 
     row.update(minimal_bytes=minimal_bytes(matrix, feat), bf16_minimal_bytes=minimal_bytes(matrix, feat, dense_bytes=2))
     set_floor(row, rates["gb_per_s"], rates["gemm_gflops"])
@@ -725,10 +736,7 @@ def main(argv=None) -> int:
         set_floor(row, used["gb_per_s"], used["gemm_gflops"])
     result["bandwidth"] = {**bandwidth, **used}
     result["summary"] = summarize(rows)
-    (args.out / "results.json").write_text(json.dumps(result, indent=1))
-    (args.out / "summary.md").write_text(markdown(result))
-    plot(rows, args.out / "cpu_vendor.png")
-    print(markdown(result))
+    write_outputs(args.out, result, markdown(result), lambda path: plot(rows, path), "cpu_vendor.png")
     return 0
 
 
