@@ -69,7 +69,7 @@ class Variant:
         """The CPU space's plain-CSR loop order of this nest (k1 placed as the space's CSR orders do)."""
         want = ("i1", "i0") + self.inner
         for order in cpu_space.CSR_ORDERS:
-            if tuple(name for name in order if name != "k1") == want:
+            if cpu_space.without_k1(order) == want:
                 return tuple(order)
         raise InvalidConfigError(f"the CPU space has no plain-CSR loop order {want}")
 

@@ -105,7 +105,8 @@ PANEL_ORDERS: tuple[tuple[str, ...], ...] = (
 )
 
 
-def _without_k1(order: tuple[str, ...]) -> tuple[str, ...]:
+def without_k1(order: tuple[str, ...]) -> tuple[str, ...]:
+    """`order` without the panel loop k1."""
     return tuple(name for name in order if name != "k1")
 
 
@@ -113,7 +114,7 @@ def _without_k1(order: tuple[str, ...]) -> tuple[str, ...]:
 # the same program: keep the first of each.
 CSR_ORDERS: tuple[tuple[str, ...], ...] = tuple(
     order for n, order in enumerate(PANEL_ORDERS)
-    if _without_k1(order) not in {_without_k1(o) for o in PANEL_ORDERS[:n]})
+    if without_k1(order) not in {without_k1(o) for o in PANEL_ORDERS[:n]})
 
 
 # The one order of register blocks: per block and dense tile, accumulators over the block's nonzeros.
