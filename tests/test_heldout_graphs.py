@@ -1,23 +1,16 @@
 """benchmarks/heldout_graphs.py: matrices from generators no training corpus uses, read back as a corpus."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from benchmark_loader import load_benchmark
 from cognate_tvm.matrix.corpus import load_corpus
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def heldout():
-    spec = importlib.util.spec_from_file_location("heldout_graphs", BENCH / "heldout_graphs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("heldout_graphs")
 
 
 def test_written_matrices_load_as_a_corpus(heldout, tmp_path):

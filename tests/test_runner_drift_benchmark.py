@@ -2,26 +2,19 @@
 its summary is the ratio and spread of the times it logged (the timing itself runs in the benchmark)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from benchmark_loader import load_benchmark
 from cognate_tvm.kernels.cpu import cpu_target
 from cognate_tvm.matrix import generate
 from cognate_tvm.metaschedule import BuiltKernel
 from cognate_tvm.space.cpu import CPUSpace
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("runner_drift", BENCHMARKS / "runner_drift.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("runner_drift")
 
 
 def test_sampled_configs_are_distinct_schedules_with_the_right_output(bench):
