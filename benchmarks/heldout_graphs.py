@@ -1,7 +1,7 @@
 """Write large matrices from generators that no training corpus uses, for judging `tune` off its corpora.
 
     python benchmarks/heldout_graphs.py --out DIR
-    python benchmarks/tune_eval.py --threads 2 --corpus DIR --no-vendor --beside-budget 0 --out OUT
+    python benchmarks/tune_eval.py --threads 2 --corpus DIR --beside-budget 0 --out OUT
 
 The training corpora come from the project's own generators (`matrix.generators`,
 `matrix.realistic`), so a held-out split of them shares their families. These matrices come from
@@ -31,6 +31,8 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm import tqdm
 
+from cognate_tvm.matrix import as_csr
+
 SEED = 5
 
 
@@ -54,26 +56,28 @@ def _random_geometric(nodes: int) -> sp.csr_matrix:
     return _graph_matrix(nx.random_geometric_graph(nodes, radius, seed=SEED))
 
 
+def _size(rows: int, scale: float) -> int:
+    return max(16, int(rows * scale))
+
+
+# name -> the matrix at a size scale
+MAKERS = {
+    "barabasi_albert": lambda scale: _graph_matrix(nx.barabasi_albert_graph(_size(150_000, scale), 6, seed=SEED)),
+    "barabasi_albert_shuffled": lambda scale: _shuffled(build("barabasi_albert", scale), SEED),
+    "watts_strogatz": lambda scale: _graph_matrix(nx.watts_strogatz_graph(_size(200_000, scale), 10, 0.2, seed=SEED)),
+    "random_geometric": lambda scale: _random_geometric(_size(120_000, scale)),
+    "powerlaw_cluster": lambda scale: _graph_matrix(nx.powerlaw_cluster_graph(_size(100_000, scale), 5, 0.3,
+                                                                               seed=SEED)),
+    "elasticity_2d": lambda scale: _elasticity(max(4, int(300 * math.sqrt(scale)))),
+}
+NAMES = tuple(MAKERS)
+
+
 def build(name: str, scale: float = 1.0) -> sp.csr_matrix:
-    """The matrix `name` with its size times `scale`."""
-    size = lambda n: max(16, int(n * scale))
-    makers = {
-        "barabasi_albert": lambda: _graph_matrix(nx.barabasi_albert_graph(size(150_000), 6, seed=SEED)),
-        "barabasi_albert_shuffled": lambda: _shuffled(build("barabasi_albert", scale), SEED),
-        "watts_strogatz": lambda: _graph_matrix(nx.watts_strogatz_graph(size(200_000), 10, 0.2, seed=SEED)),
-        "random_geometric": lambda: _random_geometric(size(120_000)),
-        "powerlaw_cluster": lambda: _graph_matrix(nx.powerlaw_cluster_graph(size(100_000), 5, 0.3, seed=SEED)),
-        "elasticity_2d": lambda: _elasticity(max(4, int(300 * math.sqrt(scale)))),
-    }
-    if name not in makers:
-        raise ValueError(f"unknown held-out matrix {name!r}; known: {', '.join(makers)}")
-    matrix = makers[name]()
-    matrix.sort_indices()
-    return sp.csr_matrix(matrix)
-
-
-NAMES = ("barabasi_albert", "barabasi_albert_shuffled", "watts_strogatz", "random_geometric",
-         "powerlaw_cluster", "elasticity_2d")
+    """The matrix `name` with its size times `scale`, as canonical CSR."""
+    if name not in MAKERS:
+        raise ValueError(f"unknown held-out matrix {name!r}; known: {', '.join(NAMES)}")
+    return as_csr(MAKERS[name](scale), name=name)
 
 
 def main(argv=None) -> int:

@@ -1,23 +1,17 @@
 """benchmarks/gnn_end_to_end.py: its stronger torch baseline is right, and its break-even arithmetic."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmark_loader import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("gnn_end_to_end", ROOT / "benchmarks" / "gnn_end_to_end.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gnn_end_to_end")
 
 
 def test_transposed_csr_matches_torch_sparse_autograd(bench):
